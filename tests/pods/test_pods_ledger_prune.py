@@ -122,10 +122,15 @@ def test_each_run_stays_within_its_caps_and_a_cut_listing_deletes_nothing_wrong(
     assert prune.prune(book, [], set(), NOW).reads == 0  # nothing recent is read
 
 
-def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book, monkeypatch):
+@pytest.mark.parametrize("released", [False, True])
+def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(
+    book, monkeypatch, released
+):
     """Two reaps at once: one freed the number and an ``up`` wrote there before the other's
-    delete; the other reads it again first and keeps the new reservation."""
-    key = _reservation(book, 0, OLD, "pod-gone", released=False)
+    delete (and its pod ended: released); the other reads it again before deleting the
+    release and keeps the new reservation and its release (one left unreleased would count
+    again)."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=released)
     fresh = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": NOW + 3600, "createdEpoch": NOW}
     original, swapped = book.store.get, []
 
@@ -139,6 +144,7 @@ def test_a_reservation_written_anew_at_a_freed_number_while_pruning_is_kept(book
     done = prune.prune(book, [], set(), NOW)
     assert done.deleted == [] and "changed since it was read" in done.notes[0]
     assert json.loads(original(key)[0]) == fresh
+    assert (key.replace("reservations/", "releases/", 1) in _keys(book)) == released
 
 
 def test_a_reservation_pruned_between_listing_and_read_gets_no_release(tmp_path, monkeypatch):
@@ -225,3 +231,129 @@ def test_a_prune_cut_short_goes_on_at_the_days_next_reap(fake, run, tmp_path, cl
     assert [len(r.json["report"]["ledger_prune"]["deleted"]) for r in (first, second)] == [1, 1]
     assert not list(folder.glob("000000000[01].json"))
     assert "ledger_prune" not in run("reap").json["report"]  # done: once a day again
+
+
+@pytest.mark.parametrize("digits", ["1" + "0" * 350, "-" + "1" * 350])
+def test_an_event_time_past_any_float_is_kept_or_pruned_never_a_traceback(book, digits):
+    """A JSON integer of 351 digits parses (400 are allowed) but is no float."""
+    for pod in ("oldpod", "_"):
+        key = f"{ledger.EVENTS}/{pod}/{int(OLD * 1000):015d}-created-ab12cd34.json"
+        pod_id = "null" if pod == "_" else '"oldpod"'
+        _put(book, key, f'{{"event":"created","podId":{pod_id},"time":{digits}}}'.encode())
+    done = prune.prune(book, [], set(), NOW)
+    assert len(done.deleted) == (2 if digits.startswith("-") else 0)  # as their time says
+
+
+def test_a_runner_clock_years_ahead_prunes_by_the_stores_time(fake, run, tmp_path, clock):
+    """The marker's time as the store wrote it bounds the horizon: with the runner's clock
+    three years ahead, a reservation written just now (its pod not listed yet: an ``up``
+    placing it) and a pod's events from last month stay."""
+    real = time.time()
+    folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": real + 3600, "createdEpoch": real}
+    plant(folder / "0000000000.json", {**item, "podName": "placing"})
+    events = tmp_path / "ledger" / ledger.EVENTS / "endedpod"
+    when = real - 30 * 86400
+    plant(
+        events / f"{int(when * 1000):015d}-terminated-ab12cd34.json",
+        {"event": "terminated", "podId": "endedpod", "time": when, "owner": "alice"},
+    )
+    clock.t = real + 3 * 365 * 86400
+    res = run("reap")
+    assert res.code == 0, res.stdout
+    assert res.json["report"]["ledger_prune"]["deleted"] == []
+    assert (folder / "0000000000.json").is_file() and len(list(events.iterdir())) == 1
+
+
+def test_slow_reads_of_planted_events_leave_the_deletes_their_time(tmp_path, monkeypatch):
+    """Planted events under old names are read (and kept) by every day's prune: the delete
+    time budget starts after the reads, or they would spend it and nothing would ever go."""
+    book = ledger.Ledger(LocalStore(tmp_path))
+    gone = _reservation(book, 0, OLD, "pod-gone", released=True)
+    os.utime(tmp_path / gone, (OLD, OLD))
+    _put(book, f"{ledger.EVENTS}/junk/{int(OLD * 1000):015d}-created-ab.json", {"event": 1})
+    clock = [0.0]
+    original = LocalStore.get
+
+    def slow(self: Any, key: str, limit: int | None = None) -> Any:
+        clock[0] += 1000 if f"{ledger.EVENTS}/" in key else 0
+        return original(self, key, limit)
+
+    monkeypatch.setattr(LocalStore, "get", slow)
+    monkeypatch.setattr(prune.time, "monotonic", lambda: clock[0])
+    done = prune.prune(book, [], set(), NOW)
+    assert gone in done.deleted and not done.cut
+
+
+def test_a_cut_event_listing_lists_again_only_folders_that_may_go_within_the_read_cap(
+    book, monkeypatch
+):
+    """Past MAX_PLANNED objects under events/, each folder of a pod not listed is listed
+    again on its own: planted folders (one object each) must not each cost a request."""
+    for n in range(6):
+        _event(book, f"new{n}", RECENT)  # recent by name: kept, never listed again
+        _event(book, f"old{n}", OLD)
+        _put(book, f"{ledger.EVENTS}/old{n}/{int(OLD * 1000):015d}-created-ff.json", {})
+    original, folders = book.store.list, []
+
+    def listed(prefix: str) -> Any:
+        folders.append(prefix)
+        return original(prefix)
+
+    monkeypatch.setattr(book.store, "list", listed)
+    monkeypatch.setattr(prune, "MAX_PLANNED", 12)  # the events/ listing is cut
+    monkeypatch.setattr(prune, "MAX_READS", 5)
+    done = prune.prune(book, [], set(), NOW)
+    again = [f for f in folders if f.count("/") == 3]
+    assert again and all("/old" in f for f in again) and len(again) <= done.reads <= 5
+
+
+def test_a_number_past_any_float_in_any_ledger_field_is_no_number_never_a_traceback(book):
+    """Anyone who can write to the bucket could plant one in a pod's folder or an owner's:
+    every command reading that pod or owner ended in an OverflowError."""
+    huge = "1" + "0" * 350
+    key = f"{ledger.EVENTS}/pod1/{int(RECENT * 1000):015d}-created-ab12cd34.json"
+    raw = '{"event":"created","podId":"pod1","time":%s,"owner":"alice","expiresEpoch":%s}'
+    _put(book, key, (raw % (RECENT, huge)).encode())
+    rec = book.pod("pod1")
+    assert rec is not None and rec.expires_at != rec.expires_at  # unknown: NaN
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    item = '{"owner":"alice","costPerHr":%s,"untilEpoch":%s,"createdEpoch":%s}'
+    _put(book, f"{folder}/0000000000.json", (item % (huge, huge, RECENT)).encode())
+    live, _, _ = book.reservations("alice")
+    assert [r.cost_per_hr for r in live] == [0.0]
+
+
+def test_a_release_an_up_writes_while_its_reservation_is_pruned_goes_with_it(book, monkeypatch):
+    """An ``up`` read the old reservation after the prune deleted its release and before the
+    reservation itself, and released it (its sweep): that release, left at the freed number,
+    would release the next reservation an ``up`` writes there, uncounted."""
+    key = _reservation(book, 0, OLD, "pod-gone", released=True)
+    original = book.store.delete
+
+    def delete(k: str) -> None:
+        if k == key:
+            book.release(key)  # the concurrent up's sweep, just before
+        original(k)
+
+    monkeypatch.setattr(book.store, "delete", delete)
+    prune.prune(book, [], set(), NOW)
+    assert not {k for k in _keys(book) if "/releases/" in k or "/reservations/" in k}
+
+
+def test_planted_objects_kept_every_day_never_take_every_days_reads(tmp_path, monkeypatch):
+    """Objects of gpu-ci's names but not its shape are kept, so read again every day: read
+    first each day, as many as the read cap would leave what may go unread for ever."""
+    book = ledger.Ledger(LocalStore(tmp_path))
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    for seq in range(4):  # sorted first
+        _put(book, f"{folder}/{seq:010d}.json", {"owner": "bob", "untilEpoch": OLD})
+        os.utime(tmp_path / folder / f"{seq:010d}.json", (OLD, OLD))
+        _put(book, f"{ledger.EVENTS}/a{seq}/{int(OLD * 1000):015d}-created-ff.json", {})
+    gone = _reservation(book, 4, OLD, "pod-gone", released=False)
+    os.utime(tmp_path / gone, (OLD, OLD))
+    ended = _event(book, "zz", OLD)
+    monkeypatch.setattr(prune, "MAX_READS", 2)
+    for day in range(5):
+        prune.prune(ledger.Ledger(book.store), [], set(), NOW + day * 86400)
+    assert not {gone, ended} & _keys(book)

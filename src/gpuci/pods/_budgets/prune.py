@@ -84,11 +84,12 @@ class Pruned:
     planned: dict[str, Mapping[str, Any]] = field(default_factory=dict)  # reservations as read
     cut: bool = False  # stopped by the time budget or the delete cap: more may be due
 
-    def take(self, keys: list[str]) -> list[str]:
-        """As many of ``keys`` as the read cap leaves, counted as read."""
-        if self.reads + len(keys) > MAX_READS:
-            self._note(f"read cap ({MAX_READS}) reached; the next run goes on")
-        keys = keys[: max(0, MAX_READS - self.reads)]
+    def take(self, keys: list[str], most: int | None = None) -> list[str]:
+        """As many of ``keys`` as the read cap (or ``most`` reads in all) leaves, counted."""
+        most = MAX_READS if most is None else min(most, MAX_READS)
+        if self.reads + len(keys) > most:
+            self._note(f"read cap ({most}) reached; the next run goes on")
+        keys = keys[: max(0, most - self.reads)]
         self.reads += len(keys)
         return keys
 
@@ -110,7 +111,6 @@ def prune(
     pods billed since the horizon (None: unknown, and no event is deleted); ``seconds``: the
     time the deletes may take (the reads are capped by count)."""
     out = Pruned()
-    ends = time.monotonic() + seconds
     horizon = now - HORIZON_S
     names = [str(p.get("name") or "") for p in pods]
     plan = _reservations(book, horizon, names, out)
@@ -119,17 +119,21 @@ def prune(
     else:
         listed = {str(p.get("id") or "") for p in pods}
         plan += _events(book, horizon, listed | set(billed), out)
+    # from here, not from the start: reads of planted objects (kept, read again each day)
+    # spending the budget would leave every day's prune deleting nothing
+    ends = time.monotonic() + seconds
     for key in plan[:MAX_DELETES]:
         if not dry_run and time.monotonic() > ends:
             out._note(f"time budget ({seconds:g} s) spent; the next reap goes on")
             out.cut = True
             break
-        if not dry_run and key in out.planned and _changed(book, key, out.planned[key]):
-            out._note(f"{key} changed since it was read (another prune ran): kept")
+        res = key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)  # a release: its reservation's
+        if not dry_run and res in out.planned and _changed(book, res, out.planned[res]):
+            out._note(f"{res} changed since it was read (another prune ran): kept")
             continue
         if not dry_run:
             try:
-                book.store.delete(key)
+                _delete(book, key, out.planned)
             except (OSError, GpuciError):
                 out._note(f"could not delete {key}; stopped there")
                 break  # a release not deleted keeps its reservation: stop here
@@ -139,6 +143,15 @@ def prune(
         out.cut = True
     out.kept = max(0, out.kept - len(out.deleted))
     return out
+
+
+def _delete(book: Ledger, key: str, planned: Collection[str]) -> None:
+    """Delete ``key``; after a reservation, its release again: an ``up`` that read the
+    reservation before it went may have released it since (its sweep), and a release left at
+    a free number would release the next reservation written there."""
+    book.store.delete(key)
+    if key in planned:
+        book.store.delete(key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1))
 
 
 def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], bool]:
@@ -151,23 +164,27 @@ def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], boo
     return found, more
 
 
-def due(book: Ledger, now: float) -> bool:
-    """Whether this is the day's first prune (a scheduled reap runs every few minutes; one
-    prune a day keeps the ledger bounded): it writes the day's marker, create-if-absent, and
-    deletes markers over a week old."""
+def due(book: Ledger, now: float) -> float | None:
+    """The time to prune at if this is the day's first prune (a scheduled reap runs every few
+    minutes; one prune a day keeps the ledger bounded), else None: it writes the day's marker,
+    create-if-absent, and deletes markers over a week old. The time is the earlier of ``now``
+    and the store's time of the marker: a runner whose clock runs years ahead would otherwise
+    put the horizon past every live reservation and every event still counted."""
     marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
     if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
-        return False
+        return None
     try:
         book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
     except ConflictError:
-        return False
+        return None
+    written = book.store.head(marker)
     found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
     for info in found:
         match = _MARKER.match(info.key)
         if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
             book.store.delete(info.key)
-    return True
+    # UNKNOWN_MODIFIED (inf) and a NaN are not earlier: ``now`` then
+    return written.modified if written is not None and written.modified < now else now
 
 
 def rearm(book: Ledger, now: float) -> None:
@@ -188,7 +205,8 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
     # its createdEpoch, so only an odd one (or a copied bucket) says otherwise
     old = [i.key for i in infos if _RESERVATION.match(i.key) and not _since(i, horizon)]
     plan = []
-    for key, item in book._get_many(out.take(old)).items():
+    # half the reads at most: planted ones kept (so read) every day never starve the events'
+    for key, item in book._get_many(out.take(_rotated(old, horizon), MAX_READS // 2)).items():
         if item is None or not _ours(key, item):
             if item is not None:
                 book.skipped[key] = "not a reservation gpu-ci wrote"
@@ -199,7 +217,7 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
         release = key.replace(f"{RESERVATIONS}/", f"{RELEASES}/", 1)
         size = book._sizes.get(release) if release in releases else None
         if cut and release not in releases:  # the listing may have missed it: asked for
-            if not out.take([release]):
+            if not out.take([release], MAX_READS // 2):
                 break
             found = book.store.head(release)
             size = None if found is None else found.size
@@ -243,8 +261,13 @@ def _events(book: Ledger, horizon: float, keep: set[str], out: Pruned) -> list[s
         elif pid not in keep and (pid == "_" or _POD_ID.match(pid)):
             by_pod[pid].append(key)
     plan = []
-    for pid, keys in by_pod.items():
+    for pid in _rotated(list(by_pod), horizon):
+        keys = by_pod[pid]
+        if pid != "_" and any(_time(k) >= horizon for k in keys):
+            continue  # a recent event: the pod may be counted (its folder never listed again)
         if more:  # a cut listing may hold part of a folder: each is listed again, on its own
+            if not out.take([f"{EVENTS}/{pid}/"]):  # a request, counted as a read: 200,000
+                break  # planted folders would be 200,000 listings
             found, cut = listing.listed(book.store, f"{EVENTS}/{pid}/", listing.MAX_POD_LISTED)
             book._sizes.update((i.key, i.size) for i in found)
             keys = [] if cut else [i.key for i in found if _KEY.match(i.key)]
@@ -269,11 +292,19 @@ def _old_events(book: Ledger, pid: str, keys: list[str], horizon: float) -> list
         of = (item.get("podId") or None) == (None if pid == "_" else pid)
         if not of or item.get("event") not in EVENT_KINDS or not _number(item.get("time")):
             book.skipped[key] = f"not an event gpu-ci wrote under {pid}/"
-        elif float(item["time"]) < horizon:
+        elif item["time"] < horizon:  # not float(): a 400-digit int is an OverflowError
             old.append(key)
         elif pid != "_":
             return []  # a recent event: the pod may be counted
     return old
+
+
+def _rotated(items: list[str], horizon: float) -> list[str]:
+    """``items`` from a place that jumps each day (the day times Knuth's multiplicative hash
+    constant): objects kept every day (planted, not gpu-ci's shape) and read first would take
+    every day's read cap from those that may go, whatever the caps and the folders' sizes."""
+    start = int(horizon // 86400) * 2654435761 % max(1, len(items))
+    return items[start:] + items[:start]
 
 
 def _number(value: Any) -> bool:

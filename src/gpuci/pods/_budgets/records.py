@@ -54,7 +54,7 @@ def _decode(data: bytes) -> tuple[dict[str, Any] | None, str]:
 def _num(value: Any, default: float = 0.0) -> float:
     try:
         out = float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # a JSON integer of 351 digits parses
         return default
     return out if out == out and abs(out) != float("inf") else default
 

@@ -229,11 +229,12 @@ def _prune_ledger(
     if book is None:
         return
     try:
-        if not rt.dry_run and not prune.due(book, now):
+        at = now if rt.dry_run else prune.due(book, now)  # the store's time if earlier
+        if at is None:
             rt.log("pods ledger: pruned already today")
             return
-        billed = _billed_quietly(client, billing_start(now, prune.HORIZON_S), now, rt)
-        done = prune.prune(book, every, billed, now, rt.dry_run)
+        billed = _billed_quietly(client, billing_start(at, prune.HORIZON_S), at, rt)
+        done = prune.prune(book, every, billed, at, rt.dry_run)
         if done.cut and done.deleted and not rt.dry_run:
             prune.rearm(book, now)
     except (OSError, GpuciError) as exc:
