@@ -357,3 +357,14 @@ def test_planted_objects_kept_every_day_never_take_every_days_reads(tmp_path, mo
     for day in range(5):
         prune.prune(ledger.Ledger(book.store), [], set(), NOW + day * 86400)
     assert not {gone, ended} & _keys(book)
+
+
+def test_a_lone_release_takes_its_number_so_the_next_reservation_is_counted(book):
+    """A sweep's release written after a prune deleted its reservation would release the next
+    reservation written at that number as it is made: the number stays taken instead."""
+    stray = _reservation(book, 0, OLD, "pod-gone", released=True)
+    book.store.delete(stray)  # pruned, its release (written late) left
+    made = book.reserve("alice", NOW, NOW + 3600, lambda reserved: 1.0)
+    assert made.key.endswith("0000000001.json")
+    live, _, _ = book.reservations("alice")
+    assert [r.key for r in live] == [made.key]  # counted, not released by the stray

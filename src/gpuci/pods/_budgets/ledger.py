@@ -282,11 +282,14 @@ class Ledger:
         own = owner_key(owner)
         listed = self._owner_keys(RESERVATIONS, owner)
         keys = [k for k in listed if _RESERVATION.match(k)]  # only what reserve() names
-        mine = f"{RESERVATIONS}/{own}/"
-        taken = {int(m.group(1)) for k in listed if k.startswith(mine) and (m := _TAKEN.search(k))}
+        mine, rel = f"{RESERVATIONS}/{own}/", self._owner_keys(RELEASES, owner)
+        ours = (mine, f"{RELEASES}/{own}/")  # a lone release (a sweep's, late) takes its number
+        taken = {
+            int(m[1]) for k in [*listed, *rel] if k.startswith(ours) and (m := _TAKEN.search(k))
+        }
         released = {
             k.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
-            for k in self._owner_keys(RELEASES, owner)
+            for k in rel
             if self._sizes.get(k) == len(_release_bytes(k))
         }
         released &= set(keys)
@@ -543,7 +546,4 @@ def _release_bytes(release_key: str) -> bytes:
 
 
 def _lowest_free(taken: set[int]) -> int:
-    seq = 0
-    while seq in taken:
-        seq += 1
-    return seq
+    return min(set(range(len(taken) + 1)) - taken)  # one of 0..len(taken) is free
