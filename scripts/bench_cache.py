@@ -459,7 +459,7 @@ class Bench:
             (", GPUCI_LOCAL_CACHE=off", off),
         ]
         profile, process = self.profile_env(), self.profile_env(process=True)
-        if profile is not None and process is not None:
+        if profile is not None and process is not None and self.args.variants == "all":
             out.insert(1, (", default, self-hosted, credentials from a profile", profile))
             out.insert(2, (", default, self-hosted, credentials from credential_process", process))
         if self.args.variants == "default":
@@ -472,7 +472,7 @@ class Bench:
             out.append((f", code in {src}", {**self.env, "PYTHONPATH": src}))
             gh = {**self.env, "RUNNER_ENVIRONMENT": "github-hosted", "PYTHONPATH": src}
             out.append((f", GitHub-hosted, code in {src}", gh))
-            if profile is not None and self.args.variants != "default":
+            if profile is not None and self.args.variants == "all":
                 before = {**profile, "PYTHONPATH": src}
                 out.append((f", credentials from a profile, code in {src}", before))
         return out
@@ -744,10 +744,11 @@ def main() -> int:
     )
     parser.add_argument(
         "--variants",
-        choices=("all", "default"),
+        choices=("all", "kinds", "default"),
         default="all",
-        help="gpu-ci rows: every runner kind and setting (default), or the self-hosted default "
-        "only (a smoke that exercises the other tools, not each row again)",
+        help="gpu-ci rows: every runner kind and setting (default), the runner kinds and the "
+        "tier off without the profile rows (kinds: before and after in fewer rows), or the "
+        "self-hosted default only (a smoke that exercises the other tools, not each row again)",
     )
     parser.add_argument(
         "--compare",

@@ -308,3 +308,18 @@ def test_a_file_is_cut_for_the_connections_the_controller_may_reach_not_the_few_
         SimpleNamespace(**{**vars(saver), "uploads": Concurrency.fixed(4)}), None, [], False
     )
     assert len(blobs._parts(128 << 20)) == 4
+
+
+def test_the_store_is_asked_about_conditional_writes_while_the_tree_uploads(
+    s3_store, proxy, env, tmp_path
+):
+    """Whether the store honours conditional writes is asked beside the uploads, before the
+    manifest, no longer between the manifest and the ref, where it cost a first save 5 round
+    trips (1 once the answer is recorded) after its last byte."""
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(2 << 20)})
+    saved, _ = cache_cmd("save", _flags(StoreCase("s3", s3_store.url, proxy.url), "k", src), env)
+    assert saved.ok, saved.headline
+    seen = [(method, path.partition("?")[0]) for method, path in proxy.seen]
+    asked = next(i for i, (m, p) in enumerate(seen) if p.endswith(layout.CONDITIONAL_WRITES))
+    manifest = next(i for i, (m, p) in enumerate(seen) if m == "PUT" and "/manifests/" in p)
+    assert asked < manifest, seen

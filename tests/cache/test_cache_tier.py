@@ -7,6 +7,7 @@ import os
 import stat
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,12 @@ from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot, write_tree
 
 from gpuci.cache import _layout as layout
+from gpuci.cache._format import refs
+from gpuci.cache._save import state, upload
 from gpuci.cache._stores import tier_evict
 from gpuci.cache._stores.tier import FROZEN_MTIME, LocalTier
 from gpuci.cache._stores.tier_open import parse_size
-from gpuci.errors import InputError
+from gpuci.errors import InputError, StoreError
 
 
 def _content(root: Path) -> dict[str, tuple]:
@@ -173,7 +176,7 @@ def test_two_processes_share_one_tier_at_once(store, env, tmp_path):
     _assert_tier_intact(tier)
     assert len(_tier_blobs(tier)) == 1  # big.bin, once
     assert len(_tier_runs(tier)) == 1  # the small files (run.sh too): their pack's run, once
-    assert not list((tier / "tmp").glob("*")) if (tier / "tmp").exists() else True
+    assert not list(tier.glob("tmp/*"))  # no copy still under way
 
 
 def test_include_and_exclude_restore_part_of_the_tree(store, env, tmp_path):
@@ -267,3 +270,59 @@ def test_a_cold_restore_in_copy_mode_fills_the_tier_with_exactly_the_hashed_byte
     assert second.ok
     assert second.outputs["bytes-from-local"] == first.outputs["bytes-downloaded"]
     assert _content(tmp_path / "b") == _content(src)
+
+
+def _fill_marked(monkeypatch) -> threading.Event:
+    """Every large file left to the tier's copies after its upload (none held in memory), and
+    an event set as those copies start."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    started = threading.Event()
+    fill = state.Saver.fill_tier
+
+    def marked(self, tree, files):
+        started.set()
+        return fill(self, tree, files)
+
+    monkeypatch.setattr(state.Saver, "fill_tier", marked)
+    return started
+
+
+def test_the_tiers_copies_go_on_beside_the_publish(file_store, env, tmp_path, monkeypatch):
+    """The copies start once every file is hashed, not after the ref: the manifest and the ref
+    are written meanwhile (a save to a remote store waited for both, one after the other)."""
+    started = _fill_marked(monkeypatch)
+    write = refs.write
+    seen: list[bool] = []
+
+    def ref_written(*args, **kwargs):
+        seen.append(started.wait(30))  # the old order: the copies only after this returns
+        return write(*args, **kwargs)
+
+    monkeypatch.setattr(refs, "write", ref_written)
+    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
+    saved, _ = cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+    assert saved.ok, saved.headline
+    assert seen == [True], "the ref was written before the tier's copies started"
+    big = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
+    assert big in _tier_blobs(tier)
+    _assert_tier_intact(tier)
+
+
+def test_a_save_failing_to_publish_returns_once_the_tiers_copies_are_over(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The publish's failure is the one raised, and only once the copies beside it are over:
+    no copy is left writing into the tier after the save returned."""
+    _fill_marked(monkeypatch)
+
+    def refused(*_args, **_kwargs):
+        raise StoreError("the ref was refused")
+
+    monkeypatch.setattr(refs, "write", refused)
+    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
+    saved, _ = cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+    assert not saved.ok and "the ref was refused" in saved.headline, saved.headline
+    big = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
+    assert big in _tier_blobs(tier)  # its copy had ended
+    assert not list(tier.glob("tmp/*"))  # no copy still under way
+    _assert_tier_intact(tier)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from gpuci import journal
 from gpuci.cache import _layout as layout
@@ -24,6 +25,9 @@ from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
 from gpuci.ranged._pool import parallel
 from gpuci.runtime import Runtime
+
+if TYPE_CHECKING:
+    from gpuci.background import Background
 
 
 @dataclass
@@ -135,6 +139,16 @@ class Saver:
                 added += self._copy_in(self.tier, tree, entry)
         tier_evict.evict(self.tier)
         return added
+
+    def fill_tier_beside(self, tree: Tree, files: list[mf.Entry]) -> Background[int] | None:
+        """:meth:`fill_tier` on a thread of its own, once every file is read and hashed: the
+        copies go on while the last parts land and the manifest and ref are written. None: no
+        tier to fill."""
+        if self.tier is None:
+            return None
+        from gpuci.background import Background
+
+        return Background(lambda: self.fill_tier(tree, files), "gpuci-tier-fill")
 
     def _copy_in(self, tier: LocalTier, tree: Tree, entry: mf.Entry) -> bool:
         """One file into the tier from the very file the save read and sent (its device, inode

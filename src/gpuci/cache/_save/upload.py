@@ -147,6 +147,13 @@ class BlobUploads:
         """Stop the uploads: the store's requests in flight end now, none is sent after."""
         self.pool.cancelled.set()
 
+    def read(self) -> bool:
+        """Wait until every large file is read and hashed (its last parts may still be on the
+        wire): whether all went well so far, so that what needs only the names may start."""
+        for thread in self.hashers:
+            thread.join()
+        return not self.pool.cancelled.is_set()
+
     def finish(self, interrupted: bool = False) -> None:
         """Wait for the last upload and raise the first failure. ``interrupted`` (Ctrl-C, or
         one landing here; the caller raises it): the uploads left open are not aborted, which
