@@ -348,14 +348,17 @@ def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
-    """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
-    through the CLI: (bucket, source tree)."""
+def hostile_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """:func:`s3_cli_env` with the 2 s time limit the hostile-store tests run under (``extra``
+    may set another)."""
+    return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
+
+
+def new_s3_bucket(endpoint: str, prefix: str) -> str:
+    """Create a fresh bucket named ``prefix`` plus random hex on ``endpoint``; returns its name."""
     import boto3
 
-    from gpuci_testing import REPO
-
-    bucket = bucket_prefix + os.urandom(4).hex()
+    bucket = prefix + os.urandom(4).hex()
     boto3.client(
         "s3",
         endpoint_url=endpoint,
@@ -363,6 +366,15 @@ def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict
         aws_access_key_id="testing",
         aws_secret_access_key="testing-secret-key",
     ).create_bucket(Bucket=bucket)
+    return bucket
+
+
+def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
+    """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
+    through the CLI: (bucket, source tree)."""
+    from gpuci_testing import REPO
+
+    bucket = new_s3_bucket(endpoint, bucket_prefix)
     src = tmp / "src"
     src.mkdir()
     (src / "small.txt").write_bytes(b"small file\n")

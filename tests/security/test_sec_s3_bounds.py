@@ -21,8 +21,6 @@ import sys
 import uuid
 from pathlib import Path
 
-import pytest
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
 from hostile_s3 import (
@@ -32,14 +30,14 @@ from hostile_s3 import (
     _trickle,
     one_error_line,
     run_measured,
-    s3_cli_env,
-    save_tree,
 )
+from hostile_s3 import hostile_env as _env
 from treeutil import snapshot, write_tree
 
 from gpuci_testing import REPO
 
 PEAK_KIB = 300 * 1024
+SAVED_BYTES = 3_000_000  # the large file of the tree the ``saved`` fixture saves
 # The tests that wait out one operation's deadline (8 timeouts, or the grace plus the size at the
 # minimum rate) use a 1 s timeout and 1 MiB/s: the same bounds, reached in about 8 s, not 16;
 # the store's own answers, relayed, still come well within a second.
@@ -137,17 +135,6 @@ def _long_key_page() -> bytes:
     )
     more = f"<IsTruncated>true</IsTruncated><NextContinuationToken>{tag}</NextContinuationToken>"
     return f"<ListBucketResult>{items}{more}</ListBucketResult>".encode()
-
-
-@pytest.fixture(scope="module")
-def saved(moto_endpoint: str, tmp_path_factory) -> tuple[str, Path]:
-    """(bucket, source tree) saved under key ``k-1``: a small file and a 3 MB one."""
-    tmp = tmp_path_factory.mktemp("saved")
-    return save_tree(moto_endpoint, tmp, "bounds-", 3_000_000, _env(tmp))
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
 
 
 def _profile_env(tmp_path: Path, **extra: str) -> dict[str, str]:

@@ -11,21 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from hostile_s3 import HostileS3, Rule, s3_cli_env, save_tree
+from hostile_s3 import HostileS3, Rule, new_s3_bucket, s3_cli_env, save_tree
 
 from gpuci_testing import REPO, wait_until
-from moto_s3 import moto_server
 
 # Far past GUARD: a step that waits out one request cannot end within the guard.
 S3_TIMEOUT = "600"
 GUARD = 60.0
-
-
-@pytest.fixture(scope="module")
-def moto() -> str:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
@@ -56,10 +48,10 @@ def _sent(hostile: HostileS3, method: str, part: str) -> int:
     return sum(1 for m, target in list(hostile.seen) if m == method and part in target)
 
 
-def test_ctrl_c_during_an_s3_restore_ends_it_and_sends_no_get_after(moto, tmp_path):
+def test_ctrl_c_during_an_s3_restore_ends_it_and_sends_no_get_after(moto_endpoint, tmp_path):
     env = s3_cli_env(tmp_path, AWS_MAX_ATTEMPTS="3", GPUCI_S3_TIMEOUT=S3_TIMEOUT)
-    bucket, _src = save_tree(moto, tmp_path, "stop-restore-", 3 << 20, env)
-    with HostileS3(moto) as hostile:
+    bucket, _src = save_tree(moto_endpoint, tmp_path, "stop-restore-", 3 << 20, env)
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = rule = Rule("silent", method="GET", contains="/blobs/")
         args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c"]
         args += ["--endpoint-url", hostile.url, "--key", "k-1", "--path", str(tmp_path / "m")]
@@ -73,24 +65,15 @@ def test_ctrl_c_during_an_s3_restore_ends_it_and_sends_no_get_after(moto, tmp_pa
     assert after == 0, f"{after} blob GETs sent after the Ctrl-C"
 
 
-def test_ctrl_c_during_an_s3_save_ends_it_and_sends_no_put_after(moto, tmp_path):
+def test_ctrl_c_during_an_s3_save_ends_it_and_sends_no_put_after(moto_endpoint, tmp_path):
     env = s3_cli_env(tmp_path, AWS_MAX_ATTEMPTS="3", GPUCI_S3_TIMEOUT=S3_TIMEOUT)
-    bucket = "stop-save-" + os.urandom(4).hex()
-    import boto3
-
-    boto3.client(
-        "s3",
-        endpoint_url=moto,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+    bucket = new_s3_bucket(moto_endpoint, "stop-save-")
     src = tmp_path / "src"
     (src / "small").mkdir(parents=True)
     (src / "big.bin").write_bytes(os.urandom(8 << 20))
     for i in range(40):  # several packs: the save's main thread waits on their PUTs
         (src / "small" / f"s{i}.bin").write_bytes(os.urandom(200_000))
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         # Every blob and pack PUT is held: the large file's upload and the packs both hang.
         hostile.rule = rule = Rule("silent", method="PUT", contains="/c/")
         args = ["cache-weights", "save", "--store", f"s3://{bucket}/c"]

@@ -19,39 +19,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import run_measured
+from hostile_s3 import new_s3_bucket, run_measured
 from hostile_s3 import s3_cli_env as _env
 from net_fronts import ForwardProxy, TLSFront, make_ca
 from treeutil import snapshot
 
 from gpuci_testing import REPO
-from moto_s3 import moto_server
 
 # Resolves nowhere but in the proxy (".invalid"); "localhost" first: moto reads it path-style.
 PROXIED = "localhost-gpuci-proxied.invalid"
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
-
-
-@pytest.fixture(scope="module")
-def moto() -> str:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-def _bucket(moto: str) -> str:
-    import boto3
-
-    name = "net-" + os.urandom(4).hex()
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    )
-    client.create_bucket(Bucket=name)
-    return name
 
 
 def _tree(root: Path) -> Path:
@@ -79,12 +57,12 @@ def _round_trip(endpoint: str, bucket: str, env: dict[str, str], tmp_path: Path)
         assert snapshot(out) == snapshot(src)
 
 
-def test_a_private_ca_named_by_aws_ca_bundle(moto, tmp_path):
+def test_a_private_ca_named_by_aws_ca_bundle(moto_endpoint, tmp_path):
     ca, cert, key = make_ca(tmp_path / "pki")
-    host, port = moto.removeprefix("http://").split(":")
+    host, port = moto_endpoint.removeprefix("http://").split(":")
     with TLSFront((host, int(port)), cert, key) as front:
         endpoint = f"https://localhost:{front.port}"
-        bucket = _bucket(moto)
+        bucket = new_s3_bucket(moto_endpoint, "net-")
         _round_trip(endpoint, bucket, _env(tmp_path, AWS_CA_BUNDLE=str(ca)), tmp_path)
         # The AWS config file's ca_bundle, for the active profile, counts the same.
         config = tmp_path / "aws-config"
@@ -107,10 +85,10 @@ def test_a_private_ca_named_by_aws_ca_bundle(moto, tmp_path):
     assert not (tmp_path / "bare").exists()
 
 
-def test_a_store_only_a_forward_proxy_can_reach(moto, tmp_path):
-    port = moto.rsplit(":", 1)[1]
+def test_a_store_only_a_forward_proxy_can_reach(moto_endpoint, tmp_path):
+    port = moto_endpoint.rsplit(":", 1)[1]
     with ForwardProxy({PROXIED: "127.0.0.1"}) as proxy:
-        bucket = _bucket(moto)
+        bucket = new_s3_bucket(moto_endpoint, "net-")
         env = _env(tmp_path, HTTP_PROXY=proxy.url, NO_PROXY="example.org")
         _round_trip(f"http://{PROXIED}:{port}", bucket, env, tmp_path)
     # The fast path itself went through the proxy, in absolute form (not only boto3's save).
@@ -118,20 +96,22 @@ def test_a_store_only_a_forward_proxy_can_reach(moto, tmp_path):
     assert any("/refs/" in seen for seen in proxy.seen)
 
 
-def test_https_through_a_proxy_tunnel(moto, tmp_path):
+def test_https_through_a_proxy_tunnel(moto_endpoint, tmp_path):
     ca, cert, key = make_ca(tmp_path / "pki", names=(PROXIED,))
-    host, port = moto.removeprefix("http://").split(":")
+    host, port = moto_endpoint.removeprefix("http://").split(":")
     front = TLSFront((host, int(port)), cert, key)
     with front, ForwardProxy({PROXIED: "127.0.0.1"}) as proxy:
         env = _env(tmp_path, https_proxy=proxy.url, AWS_CA_BUNDLE=str(ca))
-        _round_trip(f"https://{PROXIED}:{front.port}", _bucket(moto), env, tmp_path)
+        _round_trip(
+            f"https://{PROXIED}:{front.port}", new_s3_bucket(moto_endpoint, "net-"), env, tmp_path
+        )
     assert f"CONNECT {PROXIED}:{front.port}" in proxy.seen
 
 
-def test_no_proxy_is_honoured(moto, tmp_path):
+def test_no_proxy_is_honoured(moto_endpoint, tmp_path):
     with ForwardProxy({}) as proxy:
         env = _env(tmp_path, HTTP_PROXY=proxy.url, no_proxy="localhost,127.0.0.1")
-        _round_trip(moto, _bucket(moto), env, tmp_path)
+        _round_trip(moto_endpoint, new_s3_bucket(moto_endpoint, "net-"), env, tmp_path)
     assert proxy.seen == []
 
 
