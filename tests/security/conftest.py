@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from hostile_runpod import Canned
 from hostile_s3 import hostile_env, save_tree
+from hostile_store_kit import env, file_store, proxy, store  # noqa: F401  (fixtures)
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 store behind gpu-ci's back, then run the CLI's commands against it.
 
 The store fixtures (a file store and S3 stores on 127.0.0.1, side by side) are the cache
-tests' own, from tests/cache/cache_fixtures.py; this folder has no conftest of its own, so a
-test module re-exports the fixtures it uses (``from hostile_store_kit import store, env``).
+tests' own, from tests/cache/cache_fixtures.py: this folder's conftest.py offers them all but
+the autouse ``aws_env``, which a module that wants fake credentials imports from here.
 ``moto_endpoint`` comes from tests/conftest.py.
 """
 

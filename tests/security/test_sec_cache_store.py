@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile or broken store against the cache's own objects: names from listings, oversized
 manifests and refs, packs that end early, lying HTTP headers, full disks, odd keys, and the
 temp files killed saves leave. Every case ends in one line and a documented exit code.
@@ -18,18 +17,14 @@ from pathlib import Path
 
 import pytest
 from hostile_s3 import run_measured
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    aws_env,
+from hostile_store_kit import (
+    aws_env,  # noqa: F401  (autouse: fake credentials)
     cache_cmd,
-    env,
-    leftovers,
     next_store_second,
     plant,
-    proxy,
     put_ref,
     record_retries,
     sha,
-    store,
 )
 
 from gpuci.cache._format import manifest as mf

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile cache writer against restored trees: links that escape through each other, links a
 job planted in the target, paths that climb out, and modes that open files to everyone.
 
@@ -13,15 +12,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    aws_env,
+from hostile_store_kit import (
+    aws_env,  # noqa: F401  (autouse: fake credentials)
     cache_cmd,
-    env,
     leftovers,
     plant,
     sha,
     snapshot,
-    store,
 )
 
 from gpuci.cache._format import manifest as mf

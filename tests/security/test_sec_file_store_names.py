@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """The names in a file store are input like its contents: a name record (the text of a path
 component too long for a file name, kept beside it) that names another object or a file outside
 the store, a file name that is not UTF-8, or a ref spelled otherwise than a save spells its key
@@ -11,11 +10,9 @@ import os
 import time
 from pathlib import Path
 
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+from hostile_store_kit import (
     StoreCase,
     cache_cmd,
-    env,
-    file_store,
 )
 
 from gpuci.cache import _layout as layout

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """What another job can plant in a file store's folder (the store is untrusted, whatever its
 kind): a FIFO where an object goes must not hang a restore, a link where the store keeps a
 folder must not make a save write (or prune delete) outside the store, and a tree a thousand
@@ -13,12 +12,10 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+from hostile_store_kit import (
     StoreCase,
     cache_cmd,
     deep_folder,
-    env,
-    file_store,
     remove_deep,
 )
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A file of the saved tree swapped after the scan (another job that can write the folder, a
 shared Hugging Face cache): for a link to a secret of the same size, or for a FIFO. The save
 reads only the very file the scan saw (device, inode, size): a swapped file changed while it
@@ -15,10 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+from hostile_store_kit import (
     cache_cmd,
-    env,
-    file_store,
 )
 
 from gpuci.cache._layout import PACK_THRESHOLD

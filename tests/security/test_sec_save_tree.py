@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """What a pull request's job can plant in a folder a later trusted save reads (a Hugging Face
 cache kept on a self-hosted runner), and what a hostile writer can plant in a store's manifest.
 
@@ -15,11 +14,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+from hostile_store_kit import (
     cache_cmd,
-    env,
-    file_store,
-    plant,
 )
 
 from gpuci.cache._format import manifest as mf
