@@ -13,17 +13,13 @@ from pathlib import Path
 from hostile_store_kit import (
     StoreCase,
     cache_cmd,
+    save_from,
 )
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LONG_MARK, NAME_SUFFIX, LocalStore
 
 OLD = time.time() - 90 * 86400  # past any --older-than below
-
-
-def _save(store: StoreCase, env: dict[str, str], key: str, src: Path) -> None:
-    saved, _ = cache_cmd("save", {**store.flags(), "key": key, "path": str(src)}, env)
-    assert saved.ok, saved.headline
 
 
 def _tree(root: Path) -> Path:
@@ -44,7 +40,8 @@ def _plant_record(folder: Path, mark: str, text: str) -> None:
 def test_a_planted_name_record_cannot_make_prune_delete_another_object_or_a_file_outside(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "live-key", _tree(tmp_path / "src"))
+    saved = save_from(file_store, env, "live-key", _tree(tmp_path / "src"))
+    assert saved.ok, saved.headline
     assert file_store.root is not None
     blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
     manifest = next(k for k in file_store.object_keys() if k.startswith(layout.MANIFESTS))
@@ -77,7 +74,8 @@ def test_a_long_key_still_lists_through_its_own_record(tmp_path: Path) -> None:
 def test_a_file_name_that_is_not_utf8_is_no_key(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "w-1", _tree(tmp_path / "src"))
+    saved = save_from(file_store, env, "w-1", _tree(tmp_path / "src"))
+    assert saved.ok, saved.headline
     assert file_store.root is not None
     refs = os.fsencode(file_store.root / layout.refs_prefix("default"))
     with open(refs + b"w-\xff\xfe", "wb") as planted:
@@ -97,7 +95,8 @@ def test_a_file_name_that_is_not_utf8_is_no_key(
 def test_a_ref_spelled_otherwise_than_a_save_would_is_ignored_and_spares_the_use_it_spells(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "é", _tree(tmp_path / "src"))  # stored as refs/default/%C3%A9
+    saved = save_from(file_store, env, "é", _tree(tmp_path / "src"))  # as refs/default/%C3%A9
+    assert saved.ok, saved.headline
     restored, _ = cache_cmd(
         "restore", {**file_store.flags(), "key": "é", "path": str(tmp_path / "o")}, env
     )
