@@ -348,6 +348,17 @@ def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
+def run_s3(
+    sub: str, bucket: str, endpoint: str, env: dict[str, str], *args: str, timeout: float = 240
+) -> Run:
+    """``python -m gpuci cache-weights SUB`` on the store ``s3://BUCKET/c`` at ``endpoint``,
+    with ``args``: :func:`run_measured`."""
+    from gpuci_testing import REPO
+
+    store = ["--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
+    return run_measured(["cache-weights", sub, *store, *args], env, REPO, timeout)
+
+
 def hostile_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """:func:`s3_cli_env` with the 2 s time limit the hostile-store tests run under (``extra``
     may set another)."""
@@ -372,14 +383,11 @@ def new_s3_bucket(endpoint: str, prefix: str) -> str:
 def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
     """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
     through the CLI: (bucket, source tree)."""
-    from gpuci_testing import REPO
-
     bucket = new_s3_bucket(endpoint, bucket_prefix)
     src = tmp / "src"
     src.mkdir()
     (src / "small.txt").write_bytes(b"small file\n")
     (src / "w.bin").write_bytes(os.urandom(size))
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
-    done = run_measured([*args, "--key", "k-1", "--path", str(src)], env, REPO)
+    done = run_s3("save", bucket, endpoint, env, "--key", "k-1", "--path", str(src))
     assert done.code == 0, done.output
     return bucket, src

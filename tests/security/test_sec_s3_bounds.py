@@ -31,7 +31,7 @@ from hostile_s3 import (
     _frame,
     _trickle,
     one_error_line,
-    run_measured,
+    run_s3,
 )
 from hostile_s3 import hostile_env as _env
 from treeutil import snapshot, write_tree
@@ -156,14 +156,9 @@ def _profile_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _run(hostile: HostileS3, bucket: str, env: dict[str, str], tmp_path: Path, *args: str):
-    command = [args[0], args[1], "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
-    return run_measured([*command, *args[2:]], env, REPO, timeout=200)
-
-
 def _restore(hostile: HostileS3, bucket: str, env: dict[str, str], tmp_path: Path, *extra: str):
     out = str(tmp_path / "out")
-    return _run(hostile, bucket, env, tmp_path, "cache-weights", "restore", "--path", out, *extra)
+    return run_s3("restore", bucket, hostile.url, env, "--path", out, *extra, timeout=200)
 
 
 # ----- ranged answers ------------------------------------------------------------------------
@@ -211,7 +206,7 @@ def test_a_listing_declaring_entities_is_refused_unexpanded(saved, moto_endpoint
     bucket, _ = saved
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("entity-listing", "GET", "list-type=2")
-        run = _run(hostile, bucket, _env(tmp_path), tmp_path, "cache-weights", "ls")
+        run = run_s3("ls", bucket, hostile.url, _env(tmp_path), timeout=200)
     assert hostile.rule.fired
     one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "declares a DTD or entities" in run.output, run.output
@@ -226,7 +221,7 @@ def test_a_listing_of_long_keys_with_fresh_tokens_ends_within_its_caps(
     env = _env(tmp_path, GPUCI_S3_TIMEOUT="30")
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = Rule("long-keys", "GET", "list-type=2")
-        run = _run(hostile, bucket, env, tmp_path, "cache-weights", "ls")
+        run = run_s3("ls", bucket, hostile.url, env, timeout=200)
     assert hostile.rule.fired > 1
     one_error_line(run, 3, peak_kib=PEAK_KIB)
     assert "MiB of names" in run.output, run.output

@@ -18,20 +18,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, new_s3_bucket, one_error_line, run_measured
+from hostile_s3 import HostileS3, Rule, new_s3_bucket, one_error_line, run_s3
 from hostile_s3 import hostile_env as _env
 from treeutil import snapshot
-
-from gpuci_testing import REPO
 
 PEAK_KIB = 300 * 1024
 SAVED_BYTES = 300_000  # the large file of the tree the ``saved`` fixture saves
 
 
 def _restore(hostile: HostileS3, bucket: str, tmp_path: Path, *extra: str):
-    args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c"]
-    args += ["--endpoint-url", hostile.url, "--path", str(tmp_path / "out"), *extra]
-    return run_measured(args, _env(tmp_path), REPO)
+    out = str(tmp_path / "out")
+    return run_s3("restore", bucket, hostile.url, _env(tmp_path), "--path", out, *extra)
 
 
 HOSTILE = [
@@ -110,8 +107,7 @@ def test_a_listing_in_another_namespace_is_read(moto_endpoint, saved, tmp_path, 
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
         assert run.code == 0, run.output
         assert snapshot(tmp_path / "out") == snapshot(src)
-        args = ["cache-weights", "ls", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        listed = run_measured([*args, hostile.url], _env(tmp_path), REPO)
+        listed = run_s3("ls", bucket, hostile.url, _env(tmp_path))
     assert listed.code == 0, listed.output
     assert "k-1" in listed.output
 
@@ -129,8 +125,8 @@ def _one_file(src: Path, size: int) -> Path:
 def _save(
     hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, key: str = "big", **extra: str
 ):
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
-    return run_measured([*args, "--key", key, "--path", str(src)], _env(tmp_path, **extra), REPO)
+    env = _env(tmp_path, **extra)
+    return run_s3("save", bucket, hostile.url, env, "--key", key, "--path", str(src))
 
 
 def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto_endpoint, saved, tmp_path):
@@ -196,9 +192,8 @@ def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto_endpoint, sav
         digest = re.search(r"manifest: ([0-9a-f]{64})", saved_now.output)
         assert digest, saved_now.output
         hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
-        args = ["cache-weights", "pin", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        args += [hostile.url, "--manifest", digest.group(1), "--reason", "release v1"]
-        pinned = run_measured(args, _env(tmp_path), REPO)
+        args = ["--manifest", digest.group(1), "--reason", "release v1"]
+        pinned = run_s3("pin", bucket, hostile.url, _env(tmp_path), *args)
         assert hostile.rule.fired, (pinned.output, hostile.seen)
     one_error_line(pinned, 3)
     assert "missing" in pinned.output, pinned.output
@@ -231,9 +226,8 @@ def test_prune_stops_aborting_open_uploads_once_the_store_fails_one(moto_endpoin
         client.create_multipart_upload(Bucket=bucket, Key=f"c/blobs/sha256/ab/{n:064x}")
     with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("silent", "DELETE", "uploadId=")
-        args = ["cache-weights", "prune", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        args += [hostile.url, "--older-than", "0s", "--grace", "0s"]
-        run = run_measured(args, _env(tmp_path, GPUCI_S3_TIMEOUT="0.5"), REPO)
+        env = _env(tmp_path, GPUCI_S3_TIMEOUT="0.5")
+        run = run_s3("prune", bucket, hostile.url, env, "--older-than", "0s", "--grace", "0s")
     assert hostile.rule.fired, hostile.seen
     aborted = {target for method, target in hostile.seen if "uploadId=" in target}
     assert run.code == 0, run.output

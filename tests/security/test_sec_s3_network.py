@@ -19,7 +19,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import new_s3_bucket, run_measured
+from hostile_s3 import new_s3_bucket, run_measured, run_s3
 from hostile_s3 import s3_cli_env as _env
 from net_fronts import ForwardProxy, TLSFront, make_ca
 from treeutil import snapshot
@@ -42,16 +42,11 @@ def _tree(root: Path) -> Path:
 def _round_trip(endpoint: str, bucket: str, env: dict[str, str], tmp_path: Path) -> None:
     """save k-1, restore it, then find it by restore-keys: all exit 0, trees equal."""
     src = _tree(tmp_path / "src")
-    store = ["--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
-    saved = run_measured(
-        ["cache-weights", "save", *store, "--key", "k-1", "--path", str(src)], env, REPO
-    )
+    saved = run_s3("save", bucket, endpoint, env, "--key", "k-1", "--path", str(src))
     assert saved.code == 0, saved.output
     for i, extra in enumerate((["--key", "k-1"], ["--key", "k-2", "--restore-keys", "k-"])):
         out = tmp_path / f"out{i}"
-        got = run_measured(
-            ["cache-weights", "restore", *store, *extra, "--path", str(out)], env, REPO
-        )
+        got = run_s3("restore", bucket, endpoint, env, *extra, "--path", str(out))
         assert got.code == 0, got.output
         assert "cache-hit: true" in got.output or "matched-key: k-1" in got.output, got.output
         assert snapshot(out) == snapshot(src)
@@ -68,17 +63,11 @@ def test_a_private_ca_named_by_aws_ca_bundle(moto_endpoint, tmp_path):
         config = tmp_path / "aws-config"
         config.write_text(f"[profile ci]\nca_bundle = {ca}\n[default]\nregion = us-east-1\n")
         env = _env(tmp_path, AWS_CONFIG_FILE=str(config), AWS_PROFILE="ci")
-        args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        got = run_measured(
-            [*args, endpoint, "--key", "k-1", "--path", str(tmp_path / "o")], env, REPO
-        )
+        args = ["--key", "k-1", "--path"]
+        got = run_s3("restore", bucket, endpoint, env, *args, str(tmp_path / "o"))
         assert got.code == 0, got.output
         # Without the bundle: one line naming the certificate problem, exit 3.
-        bare = run_measured(
-            [*args, endpoint, "--key", "k-1", "--path", str(tmp_path / "bare")],
-            _env(tmp_path),
-            REPO,
-        )
+        bare = run_s3("restore", bucket, endpoint, _env(tmp_path), *args, str(tmp_path / "bare"))
     assert bare.code == 3, bare.output
     assert "certificate" in bare.output.lower() and "AWS_CA_BUNDLE" in bare.output
     assert "Traceback" not in bare.output
