@@ -10,11 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from hostile_store_kit import (
-    StoreCase,
-    cache_cmd,
-    save_from,
-)
+from hostile_store_kit import StoreCase, cache_cmd, save_from
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LONG_MARK, NAME_SUFFIX, LocalStore

@@ -12,13 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (
-    StoreCase,
-    cache_cmd,
-    deep_folder,
-    remove_deep,
-    save_from,
-)
+from hostile_store_kit import StoreCase, cache_cmd, deep_folder, remove_deep, save_from
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LocalStore

@@ -9,13 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_store_kit import (
-    cache_cmd,
-    manifest_body,
-    plant,
-    put_ref,
-    sha,
-)
+from hostile_store_kit import cache_cmd, manifest_body, plant, put_ref, sha
 
 from gpuci.cache._format import manifest as mf
 from gpuci.errors import ExitCode, InputError

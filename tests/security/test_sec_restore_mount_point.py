@@ -12,13 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (
-    leftovers,
-    plant,
-    replace_fails_on,
-    restore_to,
-    snapshot,
-)
+from hostile_store_kit import leftovers, plant, replace_fails_on, restore_to, snapshot
 
 from gpuci.cache._restore import staging
 

@@ -14,11 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (
-    leftovers,
-    plant,
-    restore_to,
-)
+from hostile_store_kit import leftovers, plant, restore_to
 
 from gpuci.cache._restore import merge
 from gpuci.cache._restore import staging as stage

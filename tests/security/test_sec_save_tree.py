@@ -14,18 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (
-    cache_cmd,
-    save_from,
-)
+from hostile_store_kit import cache_cmd, save_from
+from tier_runner import warnings
 
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import tree as tree_mod
 from gpuci.errors import ExitCode
-
-
-def _warnings(result) -> list[str]:
-    return [a.message for a in result.annotations if a.level == "warning"]
 
 
 def _saved_paths(store, result) -> dict[str, str]:
@@ -61,7 +55,7 @@ def test_a_link_out_of_the_tree_is_not_followed_by_default(file_store, env, plan
         "snap": "dir",
         "snap/model.bin": "symlink",
     }
-    (line,) = [w for w in _warnings(result) if "leaving the saved paths" in w]
+    (line,) = [w for w in warnings(result) if "leaving the saved paths" in w]
     assert str(planted["root"] / "snap" / "config.json") in line
     assert "and 1 other link " in line and "set follow-symlinks: all" in line
     for blob in (file_store.root / "blobs").rglob("*"):
@@ -73,7 +67,7 @@ def test_follow_symlinks_all_saves_the_files_and_names_each_link(file_store, env
     assert result.ok, result.headline
     kinds = _saved_paths(file_store, result)
     assert kinds["snap/config.json"] == "file" and kinds["snap/key"] == "file"
-    (line,) = [w for w in _warnings(result) if "follow-symlinks: all" in w]
+    (line,) = [w for w in warnings(result) if "follow-symlinks: all" in w]
     assert "snap/config.json" in line and "snap/key" in line
 
 
@@ -183,7 +177,7 @@ def test_names_restore_would_refuse_are_skipped_at_save(file_store, env, tmp_pat
     result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert set(_saved_paths(file_store, result)) == {"1:2.bin", "::warning::x", "ok.bin"}
-    assert any("which restore refuses" in w for w in _warnings(result)), _warnings(result)
+    assert any("which restore refuses" in w for w in warnings(result)), warnings(result)
     back, _ = cache_cmd(
         "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "back")}, env
     )
@@ -213,7 +207,7 @@ def test_a_name_that_is_not_utf8_is_skipped(file_store, env, tmp_path):
     result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"ok.bin": "file"}
-    assert any("not UTF-8" in w and "bad\\xff.bin" in w for w in _warnings(result))
+    assert any("not UTF-8" in w and "bad\\xff.bin" in w for w in warnings(result))
 
 
 def test_unreadable_files_and_folders_are_skipped_with_a_warning(
@@ -239,7 +233,7 @@ def test_unreadable_files_and_folders_are_skipped_with_a_warning(
     result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"ok.bin": "file", "sub": "dir"}
-    said = " ".join(_warnings(result))
+    said = " ".join(warnings(result))
     assert "secret.bin: this job cannot read it" in said
     assert "sub: this job cannot list the folder" in said
 
@@ -257,7 +251,7 @@ def test_folders_deeper_than_the_cap_are_skipped(file_store, env, tmp_path):
     assert result.ok, result.headline
     kinds = _saved_paths(file_store, result)
     assert "top.bin" in kinds and max(p.count("/") + 1 for p in kinds) == mf.MAX_DEPTH
-    assert any("folders deep" in w for w in _warnings(result)), _warnings(result)
+    assert any("folders deep" in w for w in warnings(result)), warnings(result)
 
 
 def test_a_link_leaving_through_other_links_is_skipped_by_default(file_store, env, tmp_path):
@@ -270,7 +264,7 @@ def test_a_link_leaving_through_other_links_is_skipped_by_default(file_store, en
     result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"a": "symlink"}
-    (line,) = [w for w in _warnings(result) if "leaving the saved paths" in w]
+    (line,) = [w for w in warnings(result) if "leaving the saved paths" in w]
     assert "and 1 other link " in line
 
 
