@@ -8,9 +8,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hostile_http import HostileServer
 from hostile_runpod import Canned
 from hostile_s3 import hostile_env, save_tree
 from hostile_store_kit import env, file_store, proxy, store  # noqa: F401  (fixtures)
+
+
+@pytest.fixture
+def evil() -> Iterator[HostileServer]:
+    """A hostile HTTP server on 127.0.0.1 (hostile_http.py), closed after the test."""
+    with HostileServer() as srv:
+        yield srv
 
 
 @pytest.fixture
