@@ -365,18 +365,24 @@ def hostile_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
 
 
-def new_s3_bucket(endpoint: str, prefix: str) -> str:
-    """Create a fresh bucket named ``prefix`` plus random hex on ``endpoint``; returns its name."""
+def fake_s3_client(endpoint: str):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client for ``endpoint`` with the fake credentials, whatever the environment
+    holds."""
     import boto3
 
-    bucket = prefix + os.urandom(4).hex()
-    boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+    )
+
+
+def new_s3_bucket(endpoint: str, prefix: str) -> str:
+    """Create a fresh bucket named ``prefix`` plus random hex on ``endpoint``; returns its name."""
+    bucket = prefix + os.urandom(4).hex()
+    fake_s3_client(endpoint).create_bucket(Bucket=bucket)
     return bucket
 
 

@@ -18,7 +18,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, new_s3_bucket, one_error_line, run_s3
+from hostile_s3 import HostileS3, Rule, fake_s3_client, new_s3_bucket, one_error_line, run_s3
 from hostile_s3 import hostile_env as _env
 from treeutil import snapshot
 
@@ -215,13 +215,8 @@ def test_prune_stops_aborting_open_uploads_once_the_store_fails_one(moto_endpoin
     for each open upload it listed, up to 10,000 a run: weeks at the default timeout. The
     first abort that fails ends the leftovers, with a warning counting the rest (a later prune
     goes on); the prune itself still succeeds."""
-    import boto3
-
     bucket = new_s3_bucket(moto_endpoint, "hostile-prune-")
-    client = boto3.client(
-        "s3", endpoint_url=moto_endpoint, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing-secret-key",
-    )  # fmt: skip
+    client = fake_s3_client(moto_endpoint)
     for n in range(3):  # moto dates every upload 2010: all past the grace
         client.create_multipart_upload(Bucket=bucket, Key=f"c/blobs/sha256/ab/{n:064x}")
     with HostileS3(moto_endpoint) as hostile:
