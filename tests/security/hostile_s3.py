@@ -348,26 +348,52 @@ def s3_cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
-    """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
-    through the CLI: (bucket, source tree)."""
-    import boto3
-
+def run_s3(
+    sub: str, bucket: str, endpoint: str, env: dict[str, str], *args: str, timeout: float = 240
+) -> Run:
+    """``python -m gpuci cache-weights SUB`` on the store ``s3://BUCKET/c`` at ``endpoint``,
+    with ``args``: :func:`run_measured`."""
     from gpuci_testing import REPO
 
-    bucket = bucket_prefix + os.urandom(4).hex()
-    boto3.client(
+    store = ["--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
+    return run_measured(["cache-weights", sub, *store, *args], env, REPO, timeout)
+
+
+def hostile_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """:func:`s3_cli_env` with the 2 s time limit the hostile-store tests run under (``extra``
+    may set another)."""
+    return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
+
+
+def fake_s3_client(endpoint: str):  # type: ignore[no-untyped-def]
+    """A boto3 S3 client for ``endpoint`` with the fake credentials, whatever the environment
+    holds."""
+    import boto3
+
+    return boto3.client(
         "s3",
         endpoint_url=endpoint,
         region_name="us-east-1",
         aws_access_key_id="testing",
         aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+    )
+
+
+def new_s3_bucket(endpoint: str, prefix: str) -> str:
+    """Create a fresh bucket named ``prefix`` plus random hex on ``endpoint``; returns its name."""
+    bucket = prefix + os.urandom(4).hex()
+    fake_s3_client(endpoint).create_bucket(Bucket=bucket)
+    return bucket
+
+
+def save_tree(endpoint: str, tmp: Path, bucket_prefix: str, size: int, env: dict[str, str]):
+    """A fresh bucket holding a small file and a ``size``-byte one saved under key ``k-1``
+    through the CLI: (bucket, source tree)."""
+    bucket = new_s3_bucket(endpoint, bucket_prefix)
     src = tmp / "src"
     src.mkdir()
     (src / "small.txt").write_bytes(b"small file\n")
     (src / "w.bin").write_bytes(os.urandom(size))
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
-    done = run_measured([*args, "--key", "k-1", "--path", str(src)], env, REPO)
+    done = run_s3("save", bucket, endpoint, env, "--key", "k-1", "--path", str(src))
     assert done.code == 0, done.output
     return bucket, src

@@ -2,8 +2,8 @@
 store behind gpu-ci's back, then run the CLI's commands against it.
 
 The store fixtures (a file store and S3 stores on 127.0.0.1, side by side) are the cache
-tests' own, from tests/cache/cache_fixtures.py; this folder has no conftest of its own, so a
-test module re-exports the fixtures it uses (``from hostile_store_kit import store, env``).
+tests' own, from tests/cache/cache_fixtures.py: this folder's conftest.py offers them all but
+the autouse ``aws_env``, which a module that wants fake credentials imports from here.
 ``moto_endpoint`` comes from tests/conftest.py.
 """
 
@@ -52,6 +52,7 @@ __all__ = [
     "remove_deep",
     "replace_fails_on",
     "restore_to",
+    "save_from",
     "snapshot",
     "store",
 ]
@@ -116,10 +117,18 @@ def canonical(obj: Any) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def restore_to(store: StoreCase, env: dict[str, str], key: str, *targets: Path) -> Any:
-    """``cache-weights restore`` of ``key`` into ``targets`` (one path line each): its Result."""
+def save_from(store: StoreCase, env: dict[str, str], key: str, src: Path, **flags: str) -> Any:
+    """``cache-weights save`` of ``src`` under ``key``, with more ``flags``: its Result."""
+    return cache_cmd("save", {**store.flags(), "key": key, "path": str(src), **flags}, env)[0]
+
+
+def restore_to(
+    store: StoreCase, env: dict[str, str], key: str, *targets: Path, **flags: str
+) -> Any:
+    """``cache-weights restore`` of ``key`` into ``targets`` (one path line each), with more
+    ``flags``: its Result."""
     paths = "\n".join(str(t) for t in targets)
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths}, env)[0]
+    return cache_cmd("restore", {**store.flags(), "key": key, "path": paths, **flags}, env)[0]
 
 
 def replace_fails_on(monkeypatch: Any, name: str) -> None:

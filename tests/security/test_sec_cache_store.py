@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile or broken store against the cache's own objects: names from listings, oversized
 manifests and refs, packs that end early, lying HTTP headers, full disks, odd keys, and the
 temp files killed saves leave. Every case ends in one line and a documented exit code.
@@ -18,18 +17,16 @@ from pathlib import Path
 
 import pytest
 from hostile_s3 import run_measured
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    aws_env,
+from hostile_store_kit import (
+    aws_env,  # noqa: F401  (autouse: fake credentials)
     cache_cmd,
-    env,
-    leftovers,
     next_store_second,
     plant,
-    proxy,
     put_ref,
     record_retries,
+    restore_to,
+    save_from,
     sha,
-    store,
 )
 
 from gpuci.cache._format import manifest as mf
@@ -47,14 +44,6 @@ def _tree(root: Path, big: int = 0) -> Path:
     return root
 
 
-def _save(store, env, key: str, path: Path, **extra: str):
-    return cache_cmd("save", {**store.flags(), "key": key, "path": str(path), **extra}, env)
-
-
-def _restore(store, env, key: str, path: Path, **extra: str):
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": str(path), **extra}, env)
-
-
 # ----- item 5: names read from a listing are input ------------------------------------------
 
 
@@ -70,7 +59,7 @@ def test_keys_from_a_listing_are_validated_and_printed_escaped(store, env, tmp_p
         "GITHUB_OUTPUT": str(tmp_path / "out"),
         "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
     }
-    result, _ = _restore(store, gh, "none", tmp_path / "t", **{"restore-keys": "pre-"})
+    result = restore_to(store, gh, "none", tmp_path / "t", **{"restore-keys": "pre-"})
     assert result.exit_code == 0, result.headline
     assert result.outputs["matched-key"] == "pre-good"
     log = _rendered(result, gh)
@@ -102,13 +91,13 @@ def test_manifests_and_refs_over_the_cap_are_refused(store, env, tmp_path, monke
     monkeypatch.setattr(refs, "MAX_REF", 512)
     entries = [{"type": "dir", "root": 0, "path": f"d{i:05d}", "mode": 0o755} for i in range(100)]
     plant(store, "fat-manifest", entries)
-    result, _ = _restore(store, env, "fat-manifest", tmp_path / "t")
+    result = restore_to(store, env, "fat-manifest", tmp_path / "t")
     assert result.exit_code == 2
     assert "over the 0 MiB cap for a manifest" in result.headline
     plant(store, "fat-ref", [{"type": "dir", "root": 0, "path": "d", "mode": 0o755}])
     body = json.loads(store.get_raw("refs/default/fat-ref"))
     store.put_raw("refs/default/fat-ref", json.dumps({**body, "pad": "x" * 1000}).encode())
-    result, _ = _restore(store, env, "fat-ref", tmp_path / "t")
+    result = restore_to(store, env, "fat-ref", tmp_path / "t")
     assert result.exit_code == 3
     assert "over the 0 KiB cap for a ref" in result.headline
     assert not (tmp_path / "t").exists()
@@ -122,7 +111,7 @@ def test_unusable_refs_from_a_listing_are_ignored_and_a_usable_match_restores(st
     next_store_second(store)  # the unusable refs are the newest: restore-keys tries them first
     store.put_raw("refs/default/w-2", b"[" * 100_000)
     store.put_raw("refs/default/w-3", b'{"manifest": 5}')
-    result, _ = _restore(store, env, "w-9", tmp_path / "t", **{"restore-keys": "w-"})
+    result = restore_to(store, env, "w-9", tmp_path / "t", **{"restore-keys": "w-"})
     assert result.exit_code == 0, result.headline
     assert result.outputs["matched-key"] == "w-1"
     assert (tmp_path / "t" / "f").read_bytes() == b"ok"
@@ -158,7 +147,7 @@ def test_restore_keys_look_past_a_full_batch_of_unusable_refs(tmp_path):
 
 def test_save_refuses_a_manifest_restore_would_refuse(store, env, tmp_path, monkeypatch):
     monkeypatch.setattr(mf, "MAX_MANIFEST", 200)
-    result, _ = _save(store, env, "k", _tree(tmp_path / "src"))
+    result = save_from(store, env, "k", _tree(tmp_path / "src"))
     assert result.exit_code == 2
     assert "cap restore accepts" in result.headline
     assert not any(k.startswith("refs/") for k in store.object_keys())
@@ -287,7 +276,7 @@ def test_long_keys_work_on_a_file_store(env, tmp_path, key):
 
 
 def test_keys_too_long_for_s3_are_refused_up_front(s3_case, env, tmp_path):
-    result, _ = _save(s3_case, env, "é" * 200, _tree(tmp_path / "src"))
+    result = save_from(s3_case, env, "é" * 200, _tree(tmp_path / "src"))
     assert result.exit_code == 2
     assert "over the" in result.headline and "bytes that store allows" in result.headline
 
@@ -310,7 +299,7 @@ def test_dot_keys_are_refused(store, env, tmp_path, key):
 
 
 def test_a_dot_dot_namespace_is_refused(store, env, tmp_path):
-    result, _ = _save(store, {**env, "GPUCI_CACHE_NAMESPACE": ".."}, "k", _tree(tmp_path / "s"))
+    result = save_from(store, {**env, "GPUCI_CACHE_NAMESPACE": ".."}, "k", _tree(tmp_path / "s"))
     assert result.exit_code == 2
     assert "GPUCI_CACHE_NAMESPACE" in result.headline
     assert not any(k.startswith("refs/") or "/k" in k for k in store.object_keys())
@@ -319,7 +308,7 @@ def test_a_dot_dot_namespace_is_refused(store, env, tmp_path):
 def test_content_length_abc_on_the_data_path_is_one_line(s3_case, proxy, env, tmp_path):
     """An endpoint (or a proxy in front of it) answering a ranged GET with a non-number."""
     src = _tree(tmp_path / "src", big=2 << 20)
-    assert _save(s3_case, env, "k", src)[0].exit_code == 0
+    assert save_from(s3_case, env, "k", src).exit_code == 0
     proxy.add("GET", "/blobs/", "badlength", times=100)
     flags = {"store": s3_case.url, "endpoint-url": proxy.url, "key": "k"}
     result, _ = cache_cmd("restore", {**flags, "path": str(tmp_path / "t")}, env)
@@ -359,7 +348,7 @@ def test_a_pack_offset_beyond_the_pack_is_an_integrity_error_at_once(
     entry = {"type": "file", "root": 0, "path": "f", "size": size, "mode": 0o644}
     plant(store, "k", [{**entry, "sha256": "0" * 64, "pack": sha(pack), "offset": offset}])
     retried = record_retries(monkeypatch)
-    result, _ = _restore(store, {**env, "AWS_MAX_ATTEMPTS": "8"}, "k", tmp_path / "t")
+    result = restore_to(store, {**env, "AWS_MAX_ATTEMPTS": "8"}, "k", tmp_path / "t")
     assert result.exit_code == 3
     assert "attempts" not in result.headline
     assert "the manifest names" in result.headline or "ends before" in result.headline

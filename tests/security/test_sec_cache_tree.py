@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile cache writer against restored trees: links that escape through each other, links a
 job planted in the target, paths that climb out, and modes that open files to everyone.
 
@@ -13,15 +12,14 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    aws_env,
+from hostile_store_kit import (
+    aws_env,  # noqa: F401  (autouse: fake credentials)
     cache_cmd,
-    env,
     leftovers,
     plant,
+    restore_to,
     sha,
     snapshot,
-    store,
 )
 
 from gpuci.cache._format import manifest as mf
@@ -31,10 +29,6 @@ CHAIN = [  # each target stays inside on its own; composed, c climbs two levels 
     {"type": "symlink", "root": 0, "path": "b", "target": "a/.."},
     {"type": "symlink", "root": 0, "path": "c", "target": "b/../outside"},
 ]
-
-
-def _restore(store, env, key: str, target: Path, **flags: str):
-    return cache_cmd("restore", {**store.flags(), "key": key, "path": str(target), **flags}, env)
 
 
 @pytest.fixture
@@ -53,7 +47,7 @@ def test_links_chained_out_of_the_tree_are_refused_before_a_byte_is_written(stor
         [*CHAIN, {"type": "file", "root": 0, "path": "data.bin", "mode": 0o644}],
         {"data.bin": b"payload"},
     )
-    result, _ = _restore(store, env, "chain", place["target"])
+    result = restore_to(store, env, "chain", place["target"])
     assert result.exit_code == 2
     assert "leaves the target folder once the links it passes through are followed" in (
         result.headline
@@ -79,7 +73,7 @@ def test_a_folder_after_chained_links_in_the_target_stays_inside(store, env, pla
         ],
         {"c/pwned": b"evil"},
     )
-    result, _ = _restore(store, env, "folder-c", target)
+    result = restore_to(store, env, "folder-c", target)
     assert result.exit_code == 0, result.headline
     assert list(place["outside"].iterdir()) == []
     assert not (target / "c").is_symlink()
@@ -108,7 +102,7 @@ def test_a_link_planted_in_the_target_is_replaced_not_followed(store, env, place
         {"models/w.bin": b"weights", "deep/inner/w.bin": b"inner", "config.json": b"{}"},
     )
     before = snapshot(outside)
-    result, _ = _restore(store, env, "planted", target)
+    result = restore_to(store, env, "planted", target)
     assert result.exit_code == 0, result.headline
     assert snapshot(outside) == before
     tree = snapshot(target)
@@ -125,7 +119,7 @@ def test_a_restored_link_that_leaves_through_the_jobs_own_links_is_removed(store
     target.mkdir()
     os.symlink(place["outside"], target / "a")
     plant(store, "through", [{"type": "symlink", "root": 0, "path": "c", "target": "a/x"}])
-    result, _ = _restore(store, env, "through", target)
+    result = restore_to(store, env, "through", target)
     assert result.exit_code == 2
     assert "resolves to" in result.headline and "outside" in result.headline
     assert not os.path.lexists(target / "c")
@@ -146,7 +140,7 @@ def test_absolute_and_climbing_entries_are_refused(store, env, place, entry, why
     """Absolute targets and ``..`` were refused before this issue; kept here as regressions."""
     files = {entry["path"]: b"x"} if entry["type"] == "file" else {}
     plant(store, "climb", [entry], files)
-    result, _ = _restore(store, env, "climb", place["target"])
+    result = restore_to(store, env, "climb", place["target"])
     assert result.exit_code == 2
     assert why in result.headline
     assert not place["target"].exists()
@@ -165,7 +159,7 @@ def test_hostile_modes_restore_neither_writable_nor_setuid(store, env, place):
         ],
         {"d/tool": b"#!/bin/sh\n", "big.bin": big},
     )
-    result, _ = _restore(store, env, "modes", place["target"])
+    result = restore_to(store, env, "modes", place["target"])
     assert result.exit_code == 0, result.headline
     modes = {
         p: stat.S_IMODE(os.lstat(place["target"] / p).st_mode)
@@ -193,7 +187,7 @@ def test_save_follows_links_that_escape_through_each_other(store, env, tmp_path)
     # b names a folder outside the tree: skipped, as a lone link out of the tree would be
     assert kinds == {"a": "symlink", "c": "file", "ok": "symlink", "real.txt": "file"}
     target = tmp_path / "back"
-    back, _ = _restore(store, env, "k", target)
+    back = restore_to(store, env, "k", target)
     assert back.exit_code == 0, back.headline
     assert (target / "c").read_bytes() == b"outside bytes"
 

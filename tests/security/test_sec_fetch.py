@@ -85,12 +85,6 @@ def leftovers(folder: Path) -> list[str]:
 
 
 @pytest.fixture
-def evil():
-    with HostileServer() as srv:
-        yield srv
-
-
-@pytest.fixture
 def other():
     """A second origin: same host, another port."""
     with HostileServer() as srv:

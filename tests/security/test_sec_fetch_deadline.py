@@ -38,12 +38,6 @@ ENDED_AT_ALL = 90  # seconds: the server below goes on far longer than this
 TRICKLE_S = 0.2
 
 
-@pytest.fixture
-def evil():
-    with HostileServer() as srv:
-        yield srv
-
-
 def run_bounded(
     tmp_path: Path, *args: str, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:

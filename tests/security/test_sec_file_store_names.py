@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """The names in a file store are input like its contents: a name record (the text of a path
 component too long for a file name, kept beside it) that names another object or a file outside
 the store, a file name that is not UTF-8, or a ref spelled otherwise than a save spells its key
@@ -11,22 +10,12 @@ import os
 import time
 from pathlib import Path
 
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    StoreCase,
-    cache_cmd,
-    env,
-    file_store,
-)
+from hostile_store_kit import StoreCase, cache_cmd, save_from
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LONG_MARK, NAME_SUFFIX, LocalStore
 
 OLD = time.time() - 90 * 86400  # past any --older-than below
-
-
-def _save(store: StoreCase, env: dict[str, str], key: str, src: Path) -> None:
-    saved, _ = cache_cmd("save", {**store.flags(), "key": key, "path": str(src)}, env)
-    assert saved.ok, saved.headline
 
 
 def _tree(root: Path) -> Path:
@@ -47,7 +36,8 @@ def _plant_record(folder: Path, mark: str, text: str) -> None:
 def test_a_planted_name_record_cannot_make_prune_delete_another_object_or_a_file_outside(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "live-key", _tree(tmp_path / "src"))
+    saved = save_from(file_store, env, "live-key", _tree(tmp_path / "src"))
+    assert saved.ok, saved.headline
     assert file_store.root is not None
     blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
     manifest = next(k for k in file_store.object_keys() if k.startswith(layout.MANIFESTS))
@@ -80,7 +70,8 @@ def test_a_long_key_still_lists_through_its_own_record(tmp_path: Path) -> None:
 def test_a_file_name_that_is_not_utf8_is_no_key(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "w-1", _tree(tmp_path / "src"))
+    saved = save_from(file_store, env, "w-1", _tree(tmp_path / "src"))
+    assert saved.ok, saved.headline
     assert file_store.root is not None
     refs = os.fsencode(file_store.root / layout.refs_prefix("default"))
     with open(refs + b"w-\xff\xfe", "wb") as planted:
@@ -100,7 +91,8 @@ def test_a_file_name_that_is_not_utf8_is_no_key(
 def test_a_ref_spelled_otherwise_than_a_save_would_is_ignored_and_spares_the_use_it_spells(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    _save(file_store, env, "é", _tree(tmp_path / "src"))  # stored as refs/default/%C3%A9
+    saved = save_from(file_store, env, "é", _tree(tmp_path / "src"))  # as refs/default/%C3%A9
+    assert saved.ok, saved.headline
     restored, _ = cache_cmd(
         "restore", {**file_store.flags(), "key": "é", "path": str(tmp_path / "o")}, env
     )

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """What another job can plant in a file store's folder (the store is untrusted, whatever its
 kind): a FIFO where an object goes must not hang a restore, a link where the store keeps a
 folder must not make a save write (or prune delete) outside the store, and a tree a thousand
@@ -13,14 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    StoreCase,
-    cache_cmd,
-    deep_folder,
-    env,
-    file_store,
-    remove_deep,
-)
+from hostile_store_kit import StoreCase, cache_cmd, deep_folder, remove_deep, save_from
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LocalStore
@@ -32,11 +24,6 @@ def _tree(root: Path) -> Path:
     (root / "w.bin").write_bytes(os.urandom(layout.PACK_THRESHOLD + 1))  # a blob
     (root / "s.txt").write_text("small")  # packed
     return root
-
-
-def _save(store: StoreCase, env: dict[str, str], key: str, src: Path):
-    saved, _ = cache_cmd("save", {**store.flags(), "key": key, "path": str(src)}, env)
-    return saved
 
 
 def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
@@ -59,7 +46,7 @@ def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
 def test_a_fifo_planted_as_an_object_is_refused_in_one_line_not_waited_on(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path, what: str
 ) -> None:
-    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert save_from(file_store, env, "k", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     key = {
         "ref": f"{layout.refs_prefix('default')}k",
@@ -84,7 +71,7 @@ def test_a_fifo_planted_as_an_object_is_refused_in_one_line_not_waited_on(
 def test_a_blob_planted_as_a_link_is_refused_not_followed(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert save_from(file_store, env, "k", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
     path = file_store.root / blob
@@ -110,7 +97,7 @@ def test_a_folder_of_the_store_planted_as_a_link_makes_save_write_nothing_outsid
     }:
         (outside / folder).mkdir(parents=True)
         (file_store.root / folder).symlink_to(outside / folder)
-    saved = _save(file_store, env, "k", _tree(tmp_path / "src"))
+    saved = save_from(file_store, env, "k", _tree(tmp_path / "src"))
     assert not saved.ok and saved.exit_code == 3
     assert "a link where the store keeps a folder" in saved.headline
     assert [p for p in outside.rglob("*") if p.is_file()] == []
@@ -119,7 +106,7 @@ def test_a_folder_of_the_store_planted_as_a_link_makes_save_write_nothing_outsid
 def test_prune_never_deletes_through_a_folder_planted_as_a_link(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert save_from(file_store, env, "k", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
     store = LocalStore(file_store.root)
@@ -137,7 +124,7 @@ def test_prune_never_deletes_through_a_folder_planted_as_a_link(
 def test_a_store_tree_deeper_than_the_interpreter_recurses_is_listed(
     file_store: StoreCase, env: dict[str, str], tmp_path: Path
 ) -> None:
-    assert _save(file_store, env, "w-1", _tree(tmp_path / "src")).ok
+    assert save_from(file_store, env, "w-1", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     refs = file_store.root / layout.refs_prefix("default")
     deep_folder(refs, "d", sys.getrecursionlimit() + 100)
@@ -156,7 +143,7 @@ def test_reads_never_go_through_a_folder_of_the_store_planted_as_a_link(
     """head, get, open_range and a restore walk down to an object as saves and prunes do: a
     folder of the store swapped for a link (to the very same bytes, even) is refused, in one
     line, never read through."""
-    assert _save(file_store, env, "k", _tree(tmp_path / "src")).ok
+    assert save_from(file_store, env, "k", _tree(tmp_path / "src")).ok
     assert file_store.root is not None
     blob = next(k for k in file_store.object_keys() if k.startswith(layout.BLOBS))
     folder = (file_store.root / blob).parent

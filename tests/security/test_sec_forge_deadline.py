@@ -36,12 +36,6 @@ def slow_endless_pages(delay: float) -> Route:
     return route
 
 
-@pytest.fixture
-def evil():
-    with HostileServer() as srv:
-        yield srv
-
-
 def client(evil: HostileServer) -> GitHub:
     return GitHub(evil.url("/api/v3"), TOKEN, "o/r", timeout=TIMEOUT, attempts=1)
 

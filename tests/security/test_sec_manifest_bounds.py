@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A hostile manifest that parse must refuse as malformed (exit 2), quickly and in one line:
 links whose resolution would take hours (a target of megabytes, thousands of links through it),
 a path deeper than placement can walk, a file with a path under it; and the one drive-letter
@@ -10,15 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    cache_cmd,
-    env,
-    file_store,
-    manifest_body,
-    plant,
-    put_ref,
-    sha,
-)
+from hostile_store_kit import cache_cmd, manifest_body, plant, put_ref, sha
 
 from gpuci.cache._format import manifest as mf
 from gpuci.errors import ExitCode, InputError

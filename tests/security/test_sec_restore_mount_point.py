@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A restore into a folder that is a mount point (a runner's model disk at ``/models``, a
 docker volume): the staging folder and its trash go on the target's filesystem (inside it), so
 no rename of the merge, or of its undo, crosses filesystems (rv5 F5). Needs root to mount a
@@ -13,18 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    cache_cmd,
-    deep_folder,
-    env,
-    file_store,
-    leftovers,
-    plant,
-    remove_deep,
-    replace_fails_on,
-    restore_to,
-    snapshot,
-)
+from hostile_store_kit import leftovers, plant, replace_fails_on, restore_to, snapshot
 
 from gpuci.cache._restore import staging
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """Two restores of one cache into the same folder (concurrent jobs sharing ``~/models``): a name
 the placement found missing is taken by the other restore before this one's rename. The undo
 of a failed placement moves back only what it placed itself, so the other restore's finished
@@ -15,17 +14,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    cache_cmd,
-    deep_folder,
-    env,
-    file_store,
-    leftovers,
-    plant,
-    remove_deep,
-    replace_fails_on,
-    restore_to,
-)
+from hostile_store_kit import leftovers, plant, restore_to
 
 from gpuci.cache._restore import merge
 from gpuci.cache._restore import staging as stage

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """What a job (or a co-tenant) can plant beside or inside a restore's target: staging names,
 a trash link, a folder where a cached file goes, links that lead a cached link out; and a
 restore that fails once merging. Nothing outside the target changes, and a failed restore
@@ -14,11 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
+from hostile_store_kit import (
     cache_cmd,
     deep_folder,
-    env,
-    file_store,
     leftovers,
     plant,
     remove_deep,

@@ -18,36 +18,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import HostileS3, Rule, one_error_line, run_measured, s3_cli_env, save_tree
+from hostile_s3 import HostileS3, Rule, fake_s3_client, new_s3_bucket, one_error_line, run_s3
+from hostile_s3 import hostile_env as _env
 from treeutil import snapshot
 
-from gpuci_testing import REPO
-from moto_s3 import moto_server
-
 PEAK_KIB = 300 * 1024
-
-
-@pytest.fixture(scope="module")
-def moto() -> str:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    return s3_cli_env(tmp_path, **{"GPUCI_S3_TIMEOUT": "2", **extra})
-
-
-@pytest.fixture(scope="module")
-def saved(moto: str, tmp_path_factory) -> tuple[str, Path]:
-    """(bucket, source tree) with the tree saved under key ``k-1``."""
-    tmp = tmp_path_factory.mktemp("saved")
-    return save_tree(moto, tmp, "hostile-", 300_000, _env(tmp))
+SAVED_BYTES = 300_000  # the large file of the tree the ``saved`` fixture saves
 
 
 def _restore(hostile: HostileS3, bucket: str, tmp_path: Path, *extra: str):
-    args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c"]
-    args += ["--endpoint-url", hostile.url, "--path", str(tmp_path / "out"), *extra]
-    return run_measured(args, _env(tmp_path), REPO)
+    out = str(tmp_path / "out")
+    return run_s3("restore", bucket, hostile.url, _env(tmp_path), "--path", out, *extra)
 
 
 HOSTILE = [
@@ -71,10 +52,10 @@ HOSTILE = [
     "mode,method,contains,says", HOSTILE, ids=[f"{m}-{c.strip('/=')}" for m, _, c, _ in HOSTILE]
 )
 def test_a_hostile_answer_is_one_line_exit_3_in_bounded_memory(
-    moto, saved, tmp_path, mode, method, contains, says
+    moto_endpoint, saved, tmp_path, mode, method, contains, says
 ):
     bucket, _ = saved
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule(mode, method, contains)
         run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
     assert hostile.rule.fired, hostile.seen
@@ -83,9 +64,9 @@ def test_a_hostile_answer_is_one_line_exit_3_in_bounded_memory(
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
-def test_an_endless_http10_answer_to_the_usage_record_is_a_warning(moto, saved, tmp_path):
+def test_an_endless_http10_answer_to_the_usage_record_is_a_warning(moto_endpoint, saved, tmp_path):
     bucket, src = saved
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("http10-endless", "PUT", "/uses/")
         run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
     assert hostile.rule.fired
@@ -95,9 +76,9 @@ def test_an_endless_http10_answer_to_the_usage_record_is_a_warning(moto, saved, 
     assert 0 < run.peak_kib < PEAK_KIB, f"{run.peak_kib} KiB"
 
 
-def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp_path):
+def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto_endpoint, saved, tmp_path):
     bucket, _ = saved
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("fresh-token", "GET", "list-type=2")
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
     assert hostile.rule.fired > 1
@@ -108,9 +89,9 @@ def test_a_listing_with_fresh_continuation_tokens_for_ever_ends(moto, saved, tmp
     assert any(end in run.output for end in ends), run.output
 
 
-def test_interim_100_and_103_answers_are_skipped(moto, saved, tmp_path):
+def test_interim_100_and_103_answers_are_skipped(moto_endpoint, saved, tmp_path):
     bucket, src = saved
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("interim")
         run = _restore(hostile, bucket, tmp_path, "--key", "k-1")
     assert hostile.rule.fired >= 3  # the ref, the manifest, the blobs, the usage record
@@ -119,15 +100,14 @@ def test_interim_100_and_103_answers_are_skipped(moto, saved, tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["ns-no-slash", "ns-none"])
-def test_a_listing_in_another_namespace_is_read(moto, saved, tmp_path, mode):
+def test_a_listing_in_another_namespace_is_read(moto_endpoint, saved, tmp_path, mode):
     bucket, src = saved
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule(mode, "GET", "list-type=2")
         run = _restore(hostile, bucket, tmp_path, "--key", "nope", "--restore-keys", "k-")
         assert run.code == 0, run.output
         assert snapshot(tmp_path / "out") == snapshot(src)
-        args = ["cache-weights", "ls", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        listed = run_measured([*args, hostile.url], _env(tmp_path), REPO)
+        listed = run_s3("ls", bucket, hostile.url, _env(tmp_path))
     assert listed.code == 0, listed.output
     assert "k-1" in listed.output
 
@@ -145,14 +125,14 @@ def _one_file(src: Path, size: int) -> Path:
 def _save(
     hostile: HostileS3, bucket: str, tmp_path: Path, src: Path, key: str = "big", **extra: str
 ):
-    args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--endpoint-url", hostile.url]
-    return run_measured([*args, "--key", key, "--path", str(src)], _env(tmp_path, **extra), REPO)
+    env = _env(tmp_path, **extra)
+    return run_s3("save", bucket, hostile.url, env, "--key", key, "--path", str(src))
 
 
-def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_path):
+def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto_endpoint, saved, tmp_path):
     bucket, _ = saved
     src = _one_file(tmp_path / "big", 6 << 20)
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("too-large", "PUT", "/blobs/", limit=(11 << 19))  # 5.5 MiB
         refused = _save(hostile, bucket, tmp_path, src)
         assert hostile.rule.fired
@@ -164,12 +144,14 @@ def test_a_413_names_the_size_and_the_variable_that_lowers_it(moto, saved, tmp_p
     assert saved_now.code == 0, saved_now.output
 
 
-def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto, saved, tmp_path):
+def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(
+    moto_endpoint, saved, tmp_path
+):
     """S3 keeps a slow CompleteMultipartUpload alive with whitespace, then may say in the 200's
     body that it failed: the object does not exist, so the save must not publish its key."""
     bucket, _ = saved
     src = _one_file(tmp_path / "big", 6 << 20)
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("padded-error", "POST", "uploadId=")
         run = _save(hostile, bucket, tmp_path, src, "padded", GPUCI_MULTIPART_THRESHOLD="5MiB")
         assert hostile.rule.fired
@@ -180,13 +162,15 @@ def test_a_complete_answered_200_with_an_error_after_padding_fails_the_save(moto
     assert "cache-hit: false" in back.output, back.output  # no key names a missing blob
 
 
-def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, saved, tmp_path):
+def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(
+    moto_endpoint, saved, tmp_path
+):
     """A HEAD that says an object the save is about to send is there, old and 2^62 bytes: the
     save used to take it as present and make it young by copying it onto itself in up to 10,000
     UploadPartCopy requests (the size the server claimed); another size is not the object."""
     bucket, _ = saved
     src = _one_file(tmp_path / "big", 2 << 20)
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
         run = _save(hostile, bucket, tmp_path, src, "huge-head")
         assert hostile.rule.fired
@@ -196,30 +180,29 @@ def test_a_head_claiming_another_size_is_not_taken_as_the_object_present(moto, s
     assert back.code == 0 and "cache-hit: true" in back.output, back.output
 
 
-def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto, saved, tmp_path):
+def test_a_pin_never_takes_a_blob_of_another_size_as_its_data(moto_endpoint, saved, tmp_path):
     """The HEAD a pin checks its data with claims the blob is there, old and 2^62 bytes: pinning
     used to make it young by copying it onto itself (in up to 10,000 UploadPartCopy requests, by
     the size claimed, where CopyObject is refused); a blob of another size is not the data."""
     bucket, _ = saved
     src = _one_file(tmp_path / "w", 2 << 20)
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         saved_now = _save(hostile, bucket, tmp_path, src, "to-pin")
         assert saved_now.code == 0, saved_now.output
         digest = re.search(r"manifest: ([0-9a-f]{64})", saved_now.output)
         assert digest, saved_now.output
         hostile.rule = Rule("huge-head", "HEAD", "/blobs/")
-        args = ["cache-weights", "pin", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        args += [hostile.url, "--manifest", digest.group(1), "--reason", "release v1"]
-        pinned = run_measured(args, _env(tmp_path), REPO)
+        args = ["--manifest", digest.group(1), "--reason", "release v1"]
+        pinned = run_s3("pin", bucket, hostile.url, _env(tmp_path), *args)
         assert hostile.rule.fired, (pinned.output, hostile.seen)
     one_error_line(pinned, 3)
     assert "missing" in pinned.output, pinned.output
 
 
-def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_path):
+def test_a_server_without_multipart_is_named_by_the_operation(moto_endpoint, saved, tmp_path):
     bucket, _ = saved
     src = _one_file(tmp_path / "big", 6 << 20)
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("no-multipart", "POST", "uploads")
         run = _save(hostile, bucket, tmp_path, src, GPUCI_MULTIPART_THRESHOLD="5MiB")
     assert hostile.rule.fired
@@ -227,26 +210,19 @@ def test_a_server_without_multipart_is_named_by_the_operation(moto, saved, tmp_p
     assert "S3 CreateMultipartUpload of" in run.output and "400" in run.output
 
 
-def test_prune_stops_aborting_open_uploads_once_the_store_fails_one(moto, tmp_path):
+def test_prune_stops_aborting_open_uploads_once_the_store_fails_one(moto_endpoint, tmp_path):
     """A store that stalls every AbortMultipartUpload held prune its time limit (8 timeouts)
     for each open upload it listed, up to 10,000 a run: weeks at the default timeout. The
     first abort that fails ends the leftovers, with a warning counting the rest (a later prune
     goes on); the prune itself still succeeds."""
-    import boto3
-
-    bucket = "hostile-prune-" + os.urandom(4).hex()
-    client = boto3.client(
-        "s3", endpoint_url=moto, region_name="us-east-1",
-        aws_access_key_id="testing", aws_secret_access_key="testing-secret-key",
-    )  # fmt: skip
-    client.create_bucket(Bucket=bucket)
+    bucket = new_s3_bucket(moto_endpoint, "hostile-prune-")
+    client = fake_s3_client(moto_endpoint)
     for n in range(3):  # moto dates every upload 2010: all past the grace
         client.create_multipart_upload(Bucket=bucket, Key=f"c/blobs/sha256/ab/{n:064x}")
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         hostile.rule = Rule("silent", "DELETE", "uploadId=")
-        args = ["cache-weights", "prune", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        args += [hostile.url, "--older-than", "0s", "--grace", "0s"]
-        run = run_measured(args, _env(tmp_path, GPUCI_S3_TIMEOUT="0.5"), REPO)
+        env = _env(tmp_path, GPUCI_S3_TIMEOUT="0.5")
+        run = run_s3("prune", bucket, hostile.url, env, "--older-than", "0s", "--grace", "0s")
     assert hostile.rule.fired, hostile.seen
     aborted = {target for method, target in hostile.seen if "uploadId=" in target}
     assert run.code == 0, run.output

@@ -11,21 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-from hostile_s3 import HostileS3, Rule, s3_cli_env, save_tree
+from hostile_s3 import HostileS3, Rule, new_s3_bucket, s3_cli_env, save_tree
 
 from gpuci_testing import REPO, wait_until
-from moto_s3 import moto_server
 
 # Far past GUARD: a step that waits out one request cannot end within the guard.
 S3_TIMEOUT = "600"
 GUARD = 60.0
-
-
-@pytest.fixture(scope="module")
-def moto() -> str:
-    with moto_server() as endpoint:
-        yield endpoint
 
 
 def _start(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen[str]:
@@ -52,54 +44,45 @@ def _interrupted(proc: subprocess.Popen[str]) -> tuple[int | None, str]:
     return proc.returncode, out
 
 
-def _sent(hostile: HostileS3, method: str, part: str) -> int:
-    return sum(1 for m, target in list(hostile.seen) if m == method and part in target)
-
-
-def test_ctrl_c_during_an_s3_restore_ends_it_and_sends_no_get_after(moto, tmp_path):
-    env = s3_cli_env(tmp_path, AWS_MAX_ATTEMPTS="3", GPUCI_S3_TIMEOUT=S3_TIMEOUT)
-    bucket, _src = save_tree(moto, tmp_path, "stop-restore-", 3 << 20, env)
-    with HostileS3(moto) as hostile:
-        hostile.rule = rule = Rule("silent", method="GET", contains="/blobs/")
-        args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c"]
-        args += ["--endpoint-url", hostile.url, "--key", "k-1", "--path", str(tmp_path / "m")]
-        proc = _start(args, env, REPO)
-        wait_until(lambda: rule.fired > 0, what="the blob GET")
-        before = _sent(hostile, "GET", "/blobs/")
-        code, out = _interrupted(proc)
-        after = _sent(hostile, "GET", "/blobs/") - before
+def _ctrl_c_sends_nothing_more(
+    hostile: HostileS3, args: list[str], env: dict[str, str], fired: int, what: str
+) -> None:
+    """Run ``gpuci args`` through ``hostile``; once its rule has fired ``fired`` times, Ctrl-C:
+    the step ends with exit 130 and one "interrupted" line, and no request the rule matches
+    is sent after."""
+    rule = hostile.rule
+    assert rule is not None
+    proc = _start([*args, "--endpoint-url", hostile.url], env, REPO)
+    wait_until(lambda: rule.fired >= fired, what=what)
+    before = sum(1 for m, target in list(hostile.seen) if rule.matches(m, target))
+    code, out = _interrupted(proc)
+    after = sum(1 for m, target in list(hostile.seen) if rule.matches(m, target)) - before
     assert code == 130, out
     assert "interrupted" in out and "Traceback" not in out, out
-    assert after == 0, f"{after} blob GETs sent after the Ctrl-C"
+    assert after == 0, f"{after} {what}s sent after the Ctrl-C"
 
 
-def test_ctrl_c_during_an_s3_save_ends_it_and_sends_no_put_after(moto, tmp_path):
+def test_ctrl_c_during_an_s3_restore_ends_it_and_sends_no_get_after(moto_endpoint, tmp_path):
     env = s3_cli_env(tmp_path, AWS_MAX_ATTEMPTS="3", GPUCI_S3_TIMEOUT=S3_TIMEOUT)
-    bucket = "stop-save-" + os.urandom(4).hex()
-    import boto3
+    bucket, _src = save_tree(moto_endpoint, tmp_path, "stop-restore-", 3 << 20, env)
+    args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c", "--key", "k-1"]
+    with HostileS3(moto_endpoint) as hostile:
+        hostile.rule = Rule("silent", method="GET", contains="/blobs/")
+        _ctrl_c_sends_nothing_more(
+            hostile, [*args, "--path", str(tmp_path / "m")], env, 1, "blob GET"
+        )
 
-    boto3.client(
-        "s3",
-        endpoint_url=moto,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    ).create_bucket(Bucket=bucket)
+
+def test_ctrl_c_during_an_s3_save_ends_it_and_sends_no_put_after(moto_endpoint, tmp_path):
+    env = s3_cli_env(tmp_path, AWS_MAX_ATTEMPTS="3", GPUCI_S3_TIMEOUT=S3_TIMEOUT)
+    bucket = new_s3_bucket(moto_endpoint, "stop-save-")
     src = tmp_path / "src"
     (src / "small").mkdir(parents=True)
     (src / "big.bin").write_bytes(os.urandom(8 << 20))
     for i in range(40):  # several packs: the save's main thread waits on their PUTs
         (src / "small" / f"s{i}.bin").write_bytes(os.urandom(200_000))
-    with HostileS3(moto) as hostile:
+    with HostileS3(moto_endpoint) as hostile:
         # Every blob and pack PUT is held: the large file's upload and the packs both hang.
-        hostile.rule = rule = Rule("silent", method="PUT", contains="/c/")
-        args = ["cache-weights", "save", "--store", f"s3://{bucket}/c"]
-        args += ["--endpoint-url", hostile.url, "--key", "k-1", "--path", str(src)]
-        proc = _start(args, env, REPO)
-        wait_until(lambda: rule.fired >= 2, what="the blob and pack PUTs")
-        before = _sent(hostile, "PUT", "/c/")
-        code, out = _interrupted(proc)
-        after = _sent(hostile, "PUT", "/c/") - before
-    assert code == 130, out
-    assert "interrupted" in out and "Traceback" not in out, out
-    assert after == 0, f"{after} PUTs sent after the Ctrl-C"
+        hostile.rule = Rule("silent", method="PUT", contains="/c/")
+        args = ["cache-weights", "save", "--store", f"s3://{bucket}/c", "--key", "k-1"]
+        _ctrl_c_sends_nothing_more(hostile, [*args, "--path", str(src)], env, 2, "blob or pack PUT")

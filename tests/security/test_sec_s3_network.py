@@ -19,39 +19,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 
-from hostile_s3 import run_measured
+from hostile_s3 import new_s3_bucket, run_measured, run_s3
 from hostile_s3 import s3_cli_env as _env
 from net_fronts import ForwardProxy, TLSFront, make_ca
 from treeutil import snapshot
 
 from gpuci_testing import REPO
-from moto_s3 import moto_server
 
 # Resolves nowhere but in the proxy (".invalid"); "localhost" first: moto reads it path-style.
 PROXIED = "localhost-gpuci-proxied.invalid"
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
-
-
-@pytest.fixture(scope="module")
-def moto() -> str:
-    with moto_server() as endpoint:
-        yield endpoint
-
-
-def _bucket(moto: str) -> str:
-    import boto3
-
-    name = "net-" + os.urandom(4).hex()
-    client = boto3.client(
-        "s3",
-        endpoint_url=moto,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing-secret-key",
-    )
-    client.create_bucket(Bucket=name)
-    return name
 
 
 def _tree(root: Path) -> Path:
@@ -64,53 +42,42 @@ def _tree(root: Path) -> Path:
 def _round_trip(endpoint: str, bucket: str, env: dict[str, str], tmp_path: Path) -> None:
     """save k-1, restore it, then find it by restore-keys: all exit 0, trees equal."""
     src = _tree(tmp_path / "src")
-    store = ["--store", f"s3://{bucket}/c", "--endpoint-url", endpoint]
-    saved = run_measured(
-        ["cache-weights", "save", *store, "--key", "k-1", "--path", str(src)], env, REPO
-    )
+    saved = run_s3("save", bucket, endpoint, env, "--key", "k-1", "--path", str(src))
     assert saved.code == 0, saved.output
     for i, extra in enumerate((["--key", "k-1"], ["--key", "k-2", "--restore-keys", "k-"])):
         out = tmp_path / f"out{i}"
-        got = run_measured(
-            ["cache-weights", "restore", *store, *extra, "--path", str(out)], env, REPO
-        )
+        got = run_s3("restore", bucket, endpoint, env, *extra, "--path", str(out))
         assert got.code == 0, got.output
         assert "cache-hit: true" in got.output or "matched-key: k-1" in got.output, got.output
         assert snapshot(out) == snapshot(src)
 
 
-def test_a_private_ca_named_by_aws_ca_bundle(moto, tmp_path):
+def test_a_private_ca_named_by_aws_ca_bundle(moto_endpoint, tmp_path):
     ca, cert, key = make_ca(tmp_path / "pki")
-    host, port = moto.removeprefix("http://").split(":")
+    host, port = moto_endpoint.removeprefix("http://").split(":")
     with TLSFront((host, int(port)), cert, key) as front:
         endpoint = f"https://localhost:{front.port}"
-        bucket = _bucket(moto)
+        bucket = new_s3_bucket(moto_endpoint, "net-")
         _round_trip(endpoint, bucket, _env(tmp_path, AWS_CA_BUNDLE=str(ca)), tmp_path)
         # The AWS config file's ca_bundle, for the active profile, counts the same.
         config = tmp_path / "aws-config"
         config.write_text(f"[profile ci]\nca_bundle = {ca}\n[default]\nregion = us-east-1\n")
         env = _env(tmp_path, AWS_CONFIG_FILE=str(config), AWS_PROFILE="ci")
-        args = ["cache-weights", "restore", "--store", f"s3://{bucket}/c", "--endpoint-url"]
-        got = run_measured(
-            [*args, endpoint, "--key", "k-1", "--path", str(tmp_path / "o")], env, REPO
-        )
+        args = ["--key", "k-1", "--path"]
+        got = run_s3("restore", bucket, endpoint, env, *args, str(tmp_path / "o"))
         assert got.code == 0, got.output
         # Without the bundle: one line naming the certificate problem, exit 3.
-        bare = run_measured(
-            [*args, endpoint, "--key", "k-1", "--path", str(tmp_path / "bare")],
-            _env(tmp_path),
-            REPO,
-        )
+        bare = run_s3("restore", bucket, endpoint, _env(tmp_path), *args, str(tmp_path / "bare"))
     assert bare.code == 3, bare.output
     assert "certificate" in bare.output.lower() and "AWS_CA_BUNDLE" in bare.output
     assert "Traceback" not in bare.output
     assert not (tmp_path / "bare").exists()
 
 
-def test_a_store_only_a_forward_proxy_can_reach(moto, tmp_path):
-    port = moto.rsplit(":", 1)[1]
+def test_a_store_only_a_forward_proxy_can_reach(moto_endpoint, tmp_path):
+    port = moto_endpoint.rsplit(":", 1)[1]
     with ForwardProxy({PROXIED: "127.0.0.1"}) as proxy:
-        bucket = _bucket(moto)
+        bucket = new_s3_bucket(moto_endpoint, "net-")
         env = _env(tmp_path, HTTP_PROXY=proxy.url, NO_PROXY="example.org")
         _round_trip(f"http://{PROXIED}:{port}", bucket, env, tmp_path)
     # The fast path itself went through the proxy, in absolute form (not only boto3's save).
@@ -118,20 +85,22 @@ def test_a_store_only_a_forward_proxy_can_reach(moto, tmp_path):
     assert any("/refs/" in seen for seen in proxy.seen)
 
 
-def test_https_through_a_proxy_tunnel(moto, tmp_path):
+def test_https_through_a_proxy_tunnel(moto_endpoint, tmp_path):
     ca, cert, key = make_ca(tmp_path / "pki", names=(PROXIED,))
-    host, port = moto.removeprefix("http://").split(":")
+    host, port = moto_endpoint.removeprefix("http://").split(":")
     front = TLSFront((host, int(port)), cert, key)
     with front, ForwardProxy({PROXIED: "127.0.0.1"}) as proxy:
         env = _env(tmp_path, https_proxy=proxy.url, AWS_CA_BUNDLE=str(ca))
-        _round_trip(f"https://{PROXIED}:{front.port}", _bucket(moto), env, tmp_path)
+        _round_trip(
+            f"https://{PROXIED}:{front.port}", new_s3_bucket(moto_endpoint, "net-"), env, tmp_path
+        )
     assert f"CONNECT {PROXIED}:{front.port}" in proxy.seen
 
 
-def test_no_proxy_is_honoured(moto, tmp_path):
+def test_no_proxy_is_honoured(moto_endpoint, tmp_path):
     with ForwardProxy({}) as proxy:
         env = _env(tmp_path, HTTP_PROXY=proxy.url, no_proxy="localhost,127.0.0.1")
-        _round_trip(moto, _bucket(moto), env, tmp_path)
+        _round_trip(moto_endpoint, new_s3_bucket(moto_endpoint, "net-"), env, tmp_path)
     assert proxy.seen == []
 
 

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """A file of the saved tree swapped after the scan (another job that can write the folder, a
 shared Hugging Face cache): for a link to a secret of the same size, or for a FIFO. The save
 reads only the very file the scan saw (device, inode, size): a swapped file changed while it
@@ -15,11 +14,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    cache_cmd,
-    env,
-    file_store,
-)
+from hostile_store_kit import cache_cmd
+from tier_runner import warnings
 
 from gpuci.cache._layout import PACK_THRESHOLD
 from gpuci.cache._save import operation, upload
@@ -158,7 +154,5 @@ def test_a_link_swapped_for_a_file_as_the_scan_looks_at_it_is_skipped_with_a_war
     hung, result = _save_bounded(file_store, env, root)
 
     assert not hung and result is not None and result.ok, result and result.headline
-    warnings = [a.message for a in result.annotations if a.level == "warning"]
-    assert any(f"skipped {link}: it changed while the scan looked at it" in w for w in warnings), (
-        warnings
-    )
+    said = warnings(result)
+    assert any(f"skipped {link}: it changed while the scan looked at it" in w for w in said), said

@@ -1,4 +1,3 @@
-# ruff: noqa: F811  (the fixtures imported from hostile_store_kit are used as arguments)
 """What a pull request's job can plant in a folder a later trusted save reads (a Hugging Face
 cache kept on a self-hosted runner), and what a hostile writer can plant in a store's manifest.
 
@@ -15,24 +14,12 @@ import os
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import (  # noqa: F401  (fixtures are used by name)
-    cache_cmd,
-    env,
-    file_store,
-    plant,
-)
+from hostile_store_kit import cache_cmd, save_from
+from tier_runner import warnings
 
 from gpuci.cache._format import manifest as mf
 from gpuci.cache._format import tree as tree_mod
 from gpuci.errors import ExitCode
-
-
-def _warnings(result) -> list[str]:
-    return [a.message for a in result.annotations if a.level == "warning"]
-
-
-def _save(store, env, root: Path | str, key: str = "k", **flags: str):
-    return cache_cmd("save", {**store.flags(), "key": key, "path": str(root), **flags}, env)
 
 
 def _saved_paths(store, result) -> dict[str, str]:
@@ -61,14 +48,14 @@ def planted(tmp_path: Path) -> dict[str, Path]:
 
 
 def test_a_link_out_of_the_tree_is_not_followed_by_default(file_store, env, planted):
-    result, _ = _save(file_store, env, planted["root"])
+    result = save_from(file_store, env, "k", planted["root"])
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {
         "model.bin": "file",
         "snap": "dir",
         "snap/model.bin": "symlink",
     }
-    (line,) = [w for w in _warnings(result) if "leaving the saved paths" in w]
+    (line,) = [w for w in warnings(result) if "leaving the saved paths" in w]
     assert str(planted["root"] / "snap" / "config.json") in line
     assert "and 1 other link " in line and "set follow-symlinks: all" in line
     for blob in (file_store.root / "blobs").rglob("*"):
@@ -76,16 +63,16 @@ def test_a_link_out_of_the_tree_is_not_followed_by_default(file_store, env, plan
 
 
 def test_follow_symlinks_all_saves_the_files_and_names_each_link(file_store, env, planted):
-    result, _ = _save(file_store, env, planted["root"], **{"follow-symlinks": "all"})
+    result = save_from(file_store, env, "k", planted["root"], **{"follow-symlinks": "all"})
     assert result.ok, result.headline
     kinds = _saved_paths(file_store, result)
     assert kinds["snap/config.json"] == "file" and kinds["snap/key"] == "file"
-    (line,) = [w for w in _warnings(result) if "follow-symlinks: all" in w]
+    (line,) = [w for w in warnings(result) if "follow-symlinks: all" in w]
     assert "snap/config.json" in line and "snap/key" in line
 
 
 def test_an_unknown_follow_symlinks_value_is_refused(file_store, env, planted):
-    result, _ = _save(file_store, env, planted["root"], **{"follow-symlinks": "some"})
+    result = save_from(file_store, env, "k", planted["root"], **{"follow-symlinks": "some"})
     assert result.exit_code == ExitCode.BAD_INPUT, result.headline
 
 
@@ -102,7 +89,7 @@ def test_an_hf_repo_folder_planted_as_a_link_is_refused(file_store, env, tmp_pat
     hub = _hub(tmp_path)
     os.symlink(home, hub / "models--org--m")
     flags = {"layout": "hf", "hf-repo": "org/m", "follow-symlinks": "all"}
-    result, _ = _save(file_store, env, hub, **flags)
+    result = save_from(file_store, env, "k", hub, **flags)
     assert result.exit_code == ExitCode.BAD_INPUT, result.headline
     assert "models--org--m is a symlink" in result.headline
     assert not (file_store.root / "manifests").exists() or not any(
@@ -115,7 +102,7 @@ def test_a_path_the_user_names_may_be_a_link_to_a_folder(file_store, env, tmp_pa
     real.mkdir()
     (real / "f.bin").write_bytes(b"x")
     os.symlink(real, tmp_path / "named")
-    result, _ = _save(file_store, env, tmp_path / "named")
+    result = save_from(file_store, env, "k", tmp_path / "named")
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"f.bin": "file"}
 
@@ -134,10 +121,10 @@ def test_an_hf_ref_planted_as_a_link_is_not_read(file_store, env, tmp_path):
     repo = _hf_repo(_hub(tmp_path))
     os.symlink("/proc/self/pagemap", repo / "refs" / "main")
     flags = {"layout": "hf", "hf-repo": "org/m", "hf-revision": "c1"}
-    result, _ = _save(file_store, env, tmp_path / "hub", **flags)
+    result = save_from(file_store, env, "k", tmp_path / "hub", **flags)
     assert result.ok, result.headline  # c1 names its snapshot itself
     flags["hf-revision"] = "main"
-    with_main, _ = _save(file_store, env, tmp_path / "hub", key="m", **flags)
+    with_main = save_from(file_store, env, "m", tmp_path / "hub", **flags)
     assert with_main.exit_code == ExitCode.BAD_INPUT, with_main.headline
     assert "has no snapshot" in with_main.headline  # one line, never an internal error
 
@@ -174,7 +161,7 @@ def test_a_saved_tree_whose_links_exhaust_the_budget_skips_them(
     for i in range(20):
         os.symlink("F", root / f"l{i}")
     monkeypatch.setattr(mf, "MAX_WALKED", 100)
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"x": "file"}
 
@@ -187,10 +174,10 @@ def test_names_restore_would_refuse_are_skipped_at_save(file_store, env, tmp_pat
     root.mkdir()
     for name in ("a\\b.bin", "c:x", "1:2.bin", "::warning::x", "ok.bin"):
         (root / name).write_bytes(b"x")
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert set(_saved_paths(file_store, result)) == {"1:2.bin", "::warning::x", "ok.bin"}
-    assert any("which restore refuses" in w for w in _warnings(result)), _warnings(result)
+    assert any("which restore refuses" in w for w in warnings(result)), warnings(result)
     back, _ = cache_cmd(
         "restore", {**file_store.flags(), "key": "k", "path": str(tmp_path / "back")}, env
     )
@@ -205,9 +192,9 @@ def test_a_followed_link_to_an_unreadable_proc_file_is_one_line(file_store, env,
     root = tmp_path / "t"
     root.mkdir()
     os.symlink("/proc/self/pagemap", root / "model.safetensors")
-    skipped, _ = _save(file_store, env, root)
+    skipped = save_from(file_store, env, "k", root)
     assert skipped.ok, skipped.headline
-    result, _ = _save(file_store, env, root, key="all", **{"follow-symlinks": "all"})
+    result = save_from(file_store, env, "all", root, **{"follow-symlinks": "all"})
     assert result.exit_code == ExitCode.BAD_INPUT, result.headline
     assert "cannot read" in result.headline and "model.safetensors" in result.headline
 
@@ -217,10 +204,10 @@ def test_a_name_that_is_not_utf8_is_skipped(file_store, env, tmp_path):
     root.mkdir()
     (root / "ok.bin").write_bytes(b"x")
     (Path(os.fsdecode(bytes(root) + b"/bad\xff.bin"))).write_bytes(b"x")
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"ok.bin": "file"}
-    assert any("not UTF-8" in w and "bad\\xff.bin" in w for w in _warnings(result))
+    assert any("not UTF-8" in w and "bad\\xff.bin" in w for w in warnings(result))
 
 
 def test_unreadable_files_and_folders_are_skipped_with_a_warning(
@@ -243,10 +230,10 @@ def test_unreadable_files_and_folders_are_skipped_with_a_warning(
 
     monkeypatch.setattr(tree_mod.os, "access", access)
     monkeypatch.setattr(tree_mod.os, "listdir", listdir)
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"ok.bin": "file", "sub": "dir"}
-    said = " ".join(_warnings(result))
+    said = " ".join(warnings(result))
     assert "secret.bin: this job cannot read it" in said
     assert "sub: this job cannot list the folder" in said
 
@@ -260,11 +247,11 @@ def test_folders_deeper_than_the_cap_are_skipped(file_store, env, tmp_path):
     deep.mkdir(parents=True)
     (deep / "f").write_bytes(b"x")
     (root / "top.bin").write_bytes(b"x")
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     kinds = _saved_paths(file_store, result)
     assert "top.bin" in kinds and max(p.count("/") + 1 for p in kinds) == mf.MAX_DEPTH
-    assert any("folders deep" in w for w in _warnings(result)), _warnings(result)
+    assert any("folders deep" in w for w in warnings(result)), warnings(result)
 
 
 def test_a_link_leaving_through_other_links_is_skipped_by_default(file_store, env, tmp_path):
@@ -274,10 +261,10 @@ def test_a_link_leaving_through_other_links_is_skipped_by_default(file_store, en
     os.symlink(".", root / "a")
     os.symlink("a/..", root / "b")
     os.symlink("b/secret.txt", root / "c")  # resolves to src/secret.txt through a and b
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"a": "symlink"}
-    (line,) = [w for w in _warnings(result) if "leaving the saved paths" in w]
+    (line,) = [w for w in warnings(result) if "leaving the saved paths" in w]
     assert "and 1 other link " in line
 
 
@@ -304,6 +291,6 @@ def test_a_restores_staging_folder_at_the_top_of_a_saved_folder_is_never_saved(
     (root / ".gpuci-staging-t.0123456789abcdef.42" / "tree").mkdir(parents=True)
     (root / ".gpuci-staging-t.0123456789abcdef.42" / "tree" / "half.bin").write_bytes(b"x")
     (root / "model.bin").write_bytes(b"m")
-    result, _ = _save(file_store, env, root)
+    result = save_from(file_store, env, "k", root)
     assert result.ok, result.headline
     assert _saved_paths(file_store, result) == {"model.bin": "file"}

@@ -107,20 +107,20 @@ def test_a_ref_that_is_not_an_object_ends_in_one_line(store, env, tmp_path):
 
 
 # ----- manifests ------------------------------------------------------------------------------
-def test_a_deeply_nested_manifest_ends_the_restore_in_one_line(store, env, tmp_path):
-    text = json.dumps(manifest_body()).replace('"entries": []', f'"entries": [{DEEP}]')
-    _put_manifest(store, text.encode(), "deep")
-    result, log = _restore(store, env, "deep", tmp_path / "t")
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        pytest.param('"entries": []', f'"entries": [{DEEP}]', "nested", id="deeply-nested"),
+        pytest.param('"files": 0', f'"files": {LONG_INT}', "digits", id="endless-number"),
+    ],
+)
+def test_a_manifest_json_cannot_parse_ends_the_restore_in_one_line(
+    store, env, tmp_path, field, value, says
+):
+    _put_manifest(store, json.dumps(manifest_body()).replace(field, value).encode(), "m")
+    result, log = _restore(store, env, "m", tmp_path / "t")
     assert int(result.exit_code) == 2, log
-    assert "nested" in _one_line(result)
-
-
-def test_a_manifest_with_an_endless_number_ends_the_restore_in_one_line(store, env, tmp_path):
-    text = json.dumps(manifest_body()).replace('"files": 0', f'"files": {LONG_INT}')
-    _put_manifest(store, text.encode(), "long")
-    result, log = _restore(store, env, "long", tmp_path / "t")
-    assert int(result.exit_code) == 2, log
-    assert "digits" in _one_line(result)
+    assert says in _one_line(result)
 
 
 @pytest.mark.parametrize(
