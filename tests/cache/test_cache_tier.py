@@ -18,7 +18,7 @@ from treeutil import make_tree, snapshot, write_tree
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
 from gpuci.cache._save import state, upload
-from gpuci.cache._stores import tier_evict
+from gpuci.cache._stores import copying, tier_evict
 from gpuci.cache._stores.tier import FROZEN_MTIME, LocalTier
 from gpuci.cache._stores.tier_open import parse_size
 from gpuci.errors import InputError, StoreError
@@ -325,4 +325,41 @@ def test_a_save_failing_to_publish_returns_once_the_tiers_copies_are_over(
     big = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
     assert big in _tier_blobs(tier)  # its copy had ended
     assert not list(tier.glob("tmp/*"))  # no copy still under way
+    _assert_tier_intact(tier)
+
+
+def test_a_ctrl_c_beside_the_tiers_copies_ends_them_and_leaves_no_temp_file(
+    file_store, env, tmp_path, monkeypatch
+):
+    """Ctrl-C (a GitHub cancel starts with SIGINT) while the tier's copies go on beside the
+    publish: the copy under way ends at its next chunk and its temp file goes with it, before
+    the save raises. None goes on writing into the tier, nor leaves a partial file of a model's
+    size there for the hour until a sweep, once the process has exited under it."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    copying_now, release = threading.Event(), threading.Event()
+    copy = copying.copy_hashing
+
+    def held(src, dst, *stop):
+        copying_now.set()  # the temp file is open: the save is interrupted now
+        while not (release.is_set() or (stop and stop[0] is not None and stop[0].is_set())):
+            release.wait(0.01)
+        return copy(src, dst, *stop)
+
+    def interrupted(*_args, **_kwargs):
+        assert copying_now.wait(30)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(copying, "copy_hashing", held)
+    monkeypatch.setattr(refs, "write", interrupted)
+    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+        temps = list(tier.glob("tmp/*"))
+        copies = [t.name for t in threading.enumerate() if t.name == "gpuci-tier-fill"]
+    finally:
+        release.set()
+    assert not temps, "a tier copy was left half written by an interrupted save"
+    assert not copies, "a tier copy went on after the save was interrupted"
     _assert_tier_intact(tier)

@@ -60,6 +60,8 @@ class Saver:
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
         self.not_copied: list[str] = []  # saved files replaced before the tier's copy
+        # Set when the save is interrupted: the tier's copies end at their next chunk.
+        self.stop_fill = threading.Event()
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
         got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
@@ -136,14 +138,16 @@ class Saver:
         added = 0
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():
+                if self.stop_fill.is_set():
+                    return added
                 added += self._copy_in(self.tier, tree, entry)
         tier_evict.evict(self.tier)
         return added
 
     def fill_tier_beside(self, tree: Tree, files: list[mf.Entry]) -> Background[int] | None:
         """:meth:`fill_tier` on a thread of its own, once every file is read and hashed: the
-        copies go on while the last parts land and the manifest and ref are written. None: no
-        tier to fill."""
+        copies go on while the last parts land and the manifest and ref are written (an
+        interrupted save ends them: :attr:`stop_fill`). None: no tier to fill."""
         if self.tier is None:
             return None
         from gpuci.background import Background
@@ -157,7 +161,7 @@ class Saver:
         the room the tier made."""
         try:
             with sources.source(tree, entry) as fd:
-                return tier.copy_in(tree.source(entry), entry.sha256, fd)
+                return tier.copy_in(tree.source(entry), entry.sha256, fd, self.stop_fill)
         except (SourceChanged, sources.Unreadable):
             self.not_copied.append(str(tree.source(entry)))
             return False
