@@ -363,3 +363,34 @@ def test_a_ctrl_c_beside_the_tiers_copies_ends_them_and_leaves_no_temp_file(
     assert not temps, "a tier copy was left half written by an interrupted save"
     assert not copies, "a tier copy went on after the save was interrupted"
     _assert_tier_intact(tier)
+
+
+def test_a_tier_disk_that_fills_during_a_saves_copies_is_a_warning_and_ends_them(
+    file_store, env, tmp_path, monkeypatch
+):
+    """The tier's disk had room for the copies of the files too large to hold, then another
+    process filled it: the copy meets ENOSPC. The save succeeds and says so (a restore does
+    too), copies nothing more into the full disk, and leaves no temp file."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    src = write_tree(tmp_path / "src", {f"w{i}.bin": os.urandom(4 << 20) for i in range(3)})
+    copy_in = state.Saver._copy_in
+    tried: list[str] = []
+
+    def filled_first(self, tier, tree, entry):
+        if not tried:  # another process takes all but 1 MiB of the disk
+            free = os.statvfs(tier.root)
+            with open(tier.root.parent / "other-job", "wb") as other:
+                other.write(b"\0" * (free.f_bavail * free.f_frsize - (1 << 20)))
+        tried.append(entry.path)
+        return copy_in(self, tier, tree, entry)
+
+    monkeypatch.setattr(state.Saver, "_copy_in", filled_first)
+    with tmpfs(tmp_path / "disk", "80m") as disk:
+        flags = _flags(file_store, "w", src, **{"local-cache": str(disk / "tier")})
+        saved, _ = cache_cmd("save", flags, env)
+        blobs, temps = _tier_blobs(disk / "tier"), list(disk.glob("tier/tmp/*"))
+    assert saved.ok, saved.headline
+    notes = [a.message for a in saved.annotations if a.level == "warning"]
+    assert any("disk filled up" in note for note in notes), notes
+    assert len(tried) == 1, f"copied on into a full disk: {tried}"
+    assert not blobs and not temps

@@ -60,6 +60,7 @@ class Saver:
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
         self.not_copied: list[str] = []  # saved files replaced before the tier's copy
+        self.filled_up = False  # the tier's disk filled during its copies: the rest were skipped
         # Set when the save is interrupted: the tier's copies end at their next chunk.
         self.stop_fill = threading.Event()
 
@@ -140,7 +141,11 @@ class Saver:
             for entry in lacking.values():
                 if self.stop_fill.is_set():
                     return added
-                added += self._copy_in(self.tier, tree, entry)
+                copied = self._copy_in(self.tier, tree, entry)
+                added += copied
+                if not copied and not self.tier.room_for(entry.size):  # another process filled it
+                    self.filled_up = True  # the rest would only fill it to its last byte again
+                    break
         tier_evict.evict(self.tier)
         return added
 
@@ -174,5 +179,10 @@ class Saver:
             notes.append(
                 f"local cache: {self.not_copied[0]} was replaced after the save read it{more}; "
                 "not copied into the local cache (the store has what the save read)"
+            )
+        if self.filled_up:
+            notes.append(
+                "local cache: its disk filled up while the save copied files into it; the rest "
+                "were not copied in (the store has them; free space on the runner)"
             )
         return notes
