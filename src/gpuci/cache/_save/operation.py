@@ -183,16 +183,22 @@ def _ask_conditional_writes(store: Store, rt: Runtime) -> Background[bool] | Non
 
 def _settle(saver: Saver, fill: Background[int] | None, failed: BaseException) -> None:
     """A save failing while the tier's copies go on: let them end (local copies, each
-    bounded); interrupted (Ctrl-C), stop them first, a chunk from where they are. Either way
-    they are over before the save raises: a copy left running after an interrupt was killed
-    with the process, leaving its temp file (a model's size) until a sweep an hour later. The
-    save's own failure is the one raised."""
+    bounded); interrupted (Ctrl-C, also one landing in that wait), stop them first, a chunk
+    from where they are. Either way they are over before the save raises: a copy left running
+    after an interrupt was killed with the process, leaving its temp file (a model's size)
+    until a sweep an hour later. The save's own failure (or the Ctrl-C) is the one raised."""
     if fill is None:
         return
-    if not isinstance(failed, Exception):
+    try:
+        if not isinstance(failed, Exception):
+            saver.stop_fill.set()
+        with contextlib.suppress(Exception):
+            fill.wait()
+    except BaseException:  # a Ctrl-C while a failed save waited for them: stopped too
         saver.stop_fill.set()
-    with contextlib.suppress(Exception):
-        fill.wait()
+        with contextlib.suppress(Exception):
+            fill.wait()
+        raise
 
 
 def _computed_hf_folder(inp: SaveInputs) -> bool:
