@@ -143,11 +143,20 @@ class Saver:
                     return added
                 copied = self._copy_in(self.tier, tree, entry)
                 added += copied
-                if not copied and not self.tier.room_for(entry.size):  # another process filled it
-                    self.filled_up = True  # the rest would only fill it to its last byte again
+                if not copied and self._filled(self.tier, entry):
                     break
         tier_evict.evict(self.tier)
         return added
+
+    def _filled(self, tier: LocalTier, entry: mf.Entry) -> bool:
+        """Whether a copy that did not land met a full disk: the file is still not in the tier
+        and the disk has no room for it now (another process filled it since the room was
+        checked; another save that copied the file in meanwhile is no failure). The rest are
+        not tried then: each would only take the disk to its last byte again."""
+        if tier.has(entry.sha256, entry.size) or tier.room_for(entry.size):
+            return False
+        self.filled_up = True
+        return True
 
     def fill_tier_beside(self, tree: Tree, files: list[mf.Entry]) -> Background[int] | None:
         """:meth:`fill_tier` on a thread of its own, once every file is read and hashed: the
