@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -15,10 +16,11 @@ from cache_testing import CREDS, REPO_ROOT, cache_cmd, tmpfs
 from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot, write_tree
 
+from gpuci.background import Background
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
 from gpuci.cache._save import state, upload
-from gpuci.cache._stores import tier_evict
+from gpuci.cache._stores import copying, tier_evict
 from gpuci.cache._stores.tier import FROZEN_MTIME, LocalTier
 from gpuci.cache._stores.tier_open import parse_size
 from gpuci.errors import InputError, StoreError
@@ -326,3 +328,101 @@ def test_a_save_failing_to_publish_returns_once_the_tiers_copies_are_over(
     assert big in _tier_blobs(tier)  # its copy had ended
     assert not list(tier.glob("tmp/*"))  # no copy still under way
     _assert_tier_intact(tier)
+
+
+def _copy_held(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """The tier's copy of big.bin (too large to hold) waits, its temp file open, until the
+    save stops it or the test releases it: (copying now, release)."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    copying_now, release = threading.Event(), threading.Event()
+    copy = copying.copy_hashing
+
+    def held(src, dst, *stop):
+        copying_now.set()
+        while not (release.is_set() or (stop and stop[0] is not None and stop[0].is_set())):
+            release.wait(0.01)
+        return copy(src, dst, *stop)
+
+    monkeypatch.setattr(copying, "copy_hashing", held)
+    return copying_now, release
+
+
+@pytest.mark.parametrize("when", ["publishing", "waiting-for-the-copies-of-a-failed-save"])
+def test_a_ctrl_c_beside_the_tiers_copies_ends_them_and_leaves_no_temp_file(
+    file_store, env, tmp_path, monkeypatch, when
+):
+    """Ctrl-C (a GitHub cancel starts with SIGINT) while the tier's copies go on beside the
+    publish, or while a save whose publish failed waits for them to end: the copy under way
+    ends at its next chunk and its temp file goes with it, before the save raises. None goes on
+    writing into the tier, nor leaves a partial file of a model's size there for the hour until
+    a sweep, once the process has exited under it."""
+    copying_now, release = _copy_held(monkeypatch)
+
+    def interrupted(*_args, **_kwargs):
+        assert copying_now.wait(30)
+        if when == "publishing":
+            raise KeyboardInterrupt
+        raise StoreError("the ref was refused")
+
+    wait, pressed = Background.wait, []
+
+    def ctrl_c_in_the_wait(self, deadline=None):
+        if self._thread.name == "gpuci-tier-fill" and not pressed:
+            pressed.append(True)
+            signal.raise_signal(signal.SIGINT)  # its handler runs in here, or in the join
+        return wait(self, deadline)
+
+    monkeypatch.setattr(refs, "write", interrupted)
+    if when != "publishing":
+        monkeypatch.setattr(Background, "wait", ctrl_c_in_the_wait)
+    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)  # as the CLI has it
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+        temps = list(tier.glob("tmp/*"))
+        copies = [t.name for t in threading.enumerate() if t.name == "gpuci-tier-fill"]
+    finally:
+        release.set()
+        signal.signal(signal.SIGINT, handler)
+    assert not temps, "a tier copy was left half written by an interrupted save"
+    assert not copies, "a tier copy went on after the save was interrupted"
+    _assert_tier_intact(tier)
+
+
+@pytest.mark.parametrize("meanwhile", ["another-process-fills-it", "another-save-copies-it"])
+def test_a_tier_disk_that_fills_during_a_saves_copies_is_a_warning_and_ends_them(
+    file_store, env, tmp_path, monkeypatch, meanwhile
+):
+    """The tier's disk had room for the copies of the files too large to hold, then another
+    process filled it: the copy meets ENOSPC. The save succeeds and says so (a restore does
+    too), copies nothing more into the full disk, and leaves no temp file. A disk as full
+    because another save copied the same file in meanwhile is no failure: it is in the tier."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    count = 3 if meanwhile == "another-process-fills-it" else 1
+    src = write_tree(tmp_path / "src", {f"w{i}.bin": os.urandom(4 << 20) for i in range(count)})
+    copy_in = state.Saver._copy_in
+    tried: list[str] = []
+
+    def filled_first(self, tier, tree, entry):
+        if not tried:
+            if meanwhile == "another-save-copies-it":
+                assert copy_in(self, tier, tree, entry)
+            free = os.statvfs(tier.root)  # another process takes all but 1 MiB of the disk
+            with open(tier.root.parent / "other-job", "wb") as other:
+                other.write(b"\0" * (free.f_bavail * free.f_frsize - (1 << 20)))
+        tried.append(entry.path)
+        return copy_in(self, tier, tree, entry)
+
+    monkeypatch.setattr(state.Saver, "_copy_in", filled_first)
+    with tmpfs(tmp_path / "disk", "80m") as disk:
+        flags = _flags(file_store, "w", src, **{"local-cache": str(disk / "tier")})
+        saved, _ = cache_cmd("save", flags, env)
+        blobs, temps = _tier_blobs(disk / "tier"), list(disk.glob("tier/tmp/*"))
+    assert saved.ok, saved.headline
+    notes = [a.message for a in saved.annotations if a.level == "warning"]
+    filled = any("disk filled up" in note for note in notes)
+    assert filled == (meanwhile == "another-process-fills-it"), notes
+    assert len(tried) == 1, f"copied on into a full disk: {tried}"
+    assert len(blobs) == (0 if filled else 1) and not temps

@@ -150,16 +150,16 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     asked = _ask_conditional_writes(store, rt)
     planned = _hash_and_send(saver, tree, current)
     warnings: Warnings = [(warning, "gpu-ci cache") for warning in tree.warnings]
-    if asked is not None:  # over by now, usually; a failure is met again where the publish asks
-        with contextlib.suppress(Exception):
-            asked.wait()
     try:
+        if asked is not None:  # over by now, usually; a failure is met again in the publish
+            with contextlib.suppress(Exception):
+                asked.wait()
         digest, outcome = _publish(saver, planned, current, warnings)
+        if planned.fill is not None:
+            planned.fill.wait()
     except BaseException as exc:
-        _settle(planned.fill, exc)
+        _settle(saver, planned.fill, exc)
         raise
-    if planned.fill is not None:
-        planned.fill.wait()
     for note in tier_notes + saver.tier_notes():
         warnings.append((note, "gpu-ci local cache"))
     done = _done(saver, paths, planned.manifest, digest, outcome, start)
@@ -181,13 +181,24 @@ def _ask_conditional_writes(store: Store, rt: Runtime) -> Background[bool] | Non
     return Background(lambda: refs.conditional_writes_honoured(store), "gpuci-conditional")
 
 
-def _settle(fill: Background[int] | None, failed: BaseException) -> None:
+def _settle(saver: Saver, fill: Background[int] | None, failed: BaseException) -> None:
     """A save failing while the tier's copies go on: let them end (local copies, each
-    bounded), unless it was interrupted (Ctrl-C waits on nothing; an unfinished copy is a temp
-    file the tier sweeps). The save's own failure is the one raised."""
-    if fill is not None and isinstance(failed, Exception):
+    bounded); interrupted (Ctrl-C, also one landing in that wait), stop them first, a chunk
+    from where they are. Either way they are over before the save raises: a copy left running
+    after an interrupt was killed with the process, leaving its temp file (a model's size)
+    until a sweep an hour later. The save's own failure (or the Ctrl-C) is the one raised."""
+    if fill is None:
+        return
+    try:
+        if not isinstance(failed, Exception):
+            saver.stop_fill.set()
         with contextlib.suppress(Exception):
             fill.wait()
+    except BaseException:  # a Ctrl-C while a failed save waited for them: stopped too
+        saver.stop_fill.set()
+        with contextlib.suppress(Exception):
+            fill.wait()
+        raise
 
 
 def _computed_hf_folder(inp: SaveInputs) -> bool:
@@ -290,7 +301,7 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
     try:
         blobs.finish()
     except BaseException as exc:
-        _settle(fill, exc)
+        _settle(saver, fill, exc)
         raise
     manifest = mf.Manifest(
         key=saver.key,

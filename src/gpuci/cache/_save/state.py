@@ -60,6 +60,9 @@ class Saver:
         self.stats = SaveStats()
         self.tier: LocalTier | None = None
         self.not_copied: list[str] = []  # saved files replaced before the tier's copy
+        self.filled_up = False  # the tier's disk filled during its copies: the rest were skipped
+        # Set when the save is interrupted: the tier's copies end at their next chunk.
+        self.stop_fill = threading.Event()
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
         got = self.store.get(layout.manifest_key(digest), limit=mf.MAX_MANIFEST)
@@ -136,14 +139,29 @@ class Saver:
         added = 0
         if self.tier.room_for(sum(e.size for e in lacking.values())):
             for entry in lacking.values():
-                added += self._copy_in(self.tier, tree, entry)
+                if self.stop_fill.is_set():
+                    return added
+                copied = self._copy_in(self.tier, tree, entry)
+                added += copied
+                if not copied and self._filled(self.tier, entry):
+                    break
         tier_evict.evict(self.tier)
         return added
 
+    def _filled(self, tier: LocalTier, entry: mf.Entry) -> bool:
+        """Whether a copy that did not land met a full disk: the file is still not in the tier
+        and the disk has no room for it now (another process filled it since the room was
+        checked; another save that copied the file in meanwhile is no failure). The rest are
+        not tried then: each would only take the disk to its last byte again."""
+        if tier.has(entry.sha256, entry.size) or tier.room_for(entry.size):
+            return False
+        self.filled_up = True
+        return True
+
     def fill_tier_beside(self, tree: Tree, files: list[mf.Entry]) -> Background[int] | None:
         """:meth:`fill_tier` on a thread of its own, once every file is read and hashed: the
-        copies go on while the last parts land and the manifest and ref are written. None: no
-        tier to fill."""
+        copies go on while the last parts land and the manifest and ref are written (an
+        interrupted save ends them: :attr:`stop_fill`). None: no tier to fill."""
         if self.tier is None:
             return None
         from gpuci.background import Background
@@ -157,7 +175,7 @@ class Saver:
         the room the tier made."""
         try:
             with sources.source(tree, entry) as fd:
-                return tier.copy_in(tree.source(entry), entry.sha256, fd)
+                return tier.copy_in(tree.source(entry), entry.sha256, fd, self.stop_fill)
         except (SourceChanged, sources.Unreadable):
             self.not_copied.append(str(tree.source(entry)))
             return False
@@ -170,5 +188,10 @@ class Saver:
             notes.append(
                 f"local cache: {self.not_copied[0]} was replaced after the save read it{more}; "
                 "not copied into the local cache (the store has what the save read)"
+            )
+        if self.filled_up:
+            notes.append(
+                "local cache: its disk filled up while the save copied files into it; the rest "
+                "were not copied in (the store has them; free space on the runner)"
             )
         return notes

@@ -10,9 +10,13 @@ import fcntl
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gpuci import files
 from gpuci.cache import _layout as layout
+
+if TYPE_CHECKING:
+    from threading import Event
 
 # A new file of ours, never through a link, never over an existing name.
 CREATE_NEW = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -94,10 +98,12 @@ def copy_fd(src: int, dst: int, size: int) -> str:
     return "read-write"
 
 
-def copy_hashing(src: int, dst: int) -> str:
-    """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written."""
+def copy_hashing(src: int, dst: int, stop: Event | None = None) -> str:
+    """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written.
+    ``stop`` set ends it at the next chunk (:func:`_check`)."""
 
     def write(block: memoryview, offset: int) -> None:
+        _check(stop)
         done = 0
         while done < len(block):
             done += os.pwrite(dst, block[done:], offset + done)
@@ -105,8 +111,16 @@ def copy_hashing(src: int, dst: int) -> str:
     return files.hash_fd(src, chunk=HASH_CHUNK, each=write)[0].hexdigest()
 
 
-def hash_fd(fd: int) -> str:
-    return files.hash_fd(fd, chunk=HASH_CHUNK)[0].hexdigest()
+def hash_fd(fd: int, stop: Event | None = None) -> str:
+    each = None if stop is None else lambda _block, _offset: _check(stop)
+    return files.hash_fd(fd, chunk=HASH_CHUNK, each=each)[0].hexdigest()
+
+
+def _check(stop: Event | None) -> None:
+    """An interrupted save's copy into the tier ends here, a chunk from where it was: an
+    OSError, so the caller drops its temp file as for any failed copy (a cache never fails)."""
+    if stop is not None and stop.is_set():
+        raise InterruptedError(errno.EINTR, "the copy was stopped")
 
 
 def cut_hashed(run: int, at: int, size: int, digest: str, dest: Path, mode: int) -> str | None:

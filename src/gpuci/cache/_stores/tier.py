@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores import copying, tier_entry
@@ -54,6 +54,9 @@ from gpuci.cache._stores.tier_entry import (
 from gpuci.cache._stores.tier_fill import TierFill
 from gpuci.cache._stores.tier_runs import Runs
 from gpuci.errors import InputError
+
+if TYPE_CHECKING:
+    from threading import Event
 
 # Free space a fill leaves on the tier's filesystem (as a restore leaves on its target's).
 ROOM_MARGIN = 64 << 20
@@ -309,14 +312,17 @@ class LocalTier:
         tier's disk has it to spare, as for any other fill."""
         return not self.filled_up and self.room_for(size) and self.copy_in(path, digest)
 
-    def copy_in(self, path: Path, digest: str, source: int | None = None) -> bool:
+    def copy_in(
+        self, path: Path, digest: str, source: int | None = None, stop: Event | None = None
+    ) -> bool:
         """Copy a file in, hashing exactly the bytes stored; used by save and restore.
 
         ``source`` is the file already open (the save's, checked to be the very file it read
         and sent: a file swapped in under ``path`` since is never copied), left open; else
         ``path`` is opened, never through a link. The blob is named by what was copied: a
         source that changed after the caller hashed it is stored under its new hash (which no
-        manifest names), never under ``digest``.
+        manifest names), never under ``digest``. ``stop`` set (an interrupted save) ends the
+        copy at its next chunk, its temp file removed.
         """
         temp = None
         try:
@@ -329,9 +335,9 @@ class LocalTier:
                 dst = os.open(temp, _CREATE, 0o600)
                 try:  # a reflink is a private clone: hash the clone, i.e. what is stored
                     actual = (
-                        copying.hash_fd(dst)
+                        copying.hash_fd(dst, stop)
                         if copying.reflink(src, dst)
-                        else copying.copy_hashing(src, dst)
+                        else copying.copy_hashing(src, dst, stop)
                     )
                     os.fchmod(dst, 0o444)
                     os.utime(dst, (time.time(), FROZEN_MTIME))
