@@ -285,3 +285,15 @@ def test_a_yaml_number_is_text_as_the_runner_makes_it(value: object, text: str) 
     from gpuci.dryrun._contexts import text_of
 
     assert text_of(value) == text
+
+
+@pytest.mark.timeout(60)  # a bound on a hang, not a timing: each comparison takes milliseconds
+@pytest.mark.parametrize(
+    "text",
+    ["1" * 200_000 + "x", "-" + "1" * 200_000 + ".", "." + "1" * 200_000 + "e"],
+    ids=["digits-letter", "sign-digits-point", "point-digits-e"],
+)
+def test_a_long_run_of_digits_is_read_in_linear_time(text: str) -> None:
+    """``env.X == 0`` with 200,000 digits and one letter in X: the number pattern tried every
+    split of the digits between two loops (16,000 digits took 12 s, this one hours)."""
+    assert evaluate("env.X == 0 || env.X == 1", {"env": {"X": text}}, ok) is False
