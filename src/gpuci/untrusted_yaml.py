@@ -245,20 +245,46 @@ def _refuse_tagged(node: ScalarNode) -> None:
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:
     """GitHub refuses a mapping that names a key twice; PyYAML would keep the last silently.
-    Keys compare as the text written (GitHub's keys are strings: ``on`` is not ``true``); a
-    merge (``<<``) may repeat a key, as merging is meant to."""
+    Keys compare as GitHub's ``TemplateReader`` compares them: as text (a number as its G15
+    text, so ``0x10`` is ``16``; ``true``, ``TRUE``), case-blind (``OrdinalIgnoreCase``:
+    ``env: {A: 1, a: 2}`` fails the run); a merge (``<<``) may repeat a key, as merging is
+    meant to."""
     seen: set[str] = set()
     for key, _ in node.value:
         if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
             continue
-        if key.value in seen:
+        text = _key_text(key)
+        folded = "".join(
+            c if c in "\u0131\u017f" or len(c.upper()) > 1 else c.upper() for c in text
+        )
+        if folded in seen:
             raise Refused(
-                f"names the key '{key.value[:60]}' twice in one mapping",
-                f"GitHub refuses a file whose mapping repeats a key ('{key.value[:60]}' is "
+                f"names the key '{text[:60]}' twice in one mapping",
+                f"GitHub refuses a file whose mapping repeats a key, case-blind ('{text[:60]}' is "
                 "already defined); keep one",
                 key.start_mark,
             )
-        seen.add(key.value)
+        seen.add(folded)
+
+
+def _key_text(key: ScalarNode) -> str:
+    """A key as GitHub's reader names it: a number, a boolean or a null as its text."""
+    kind = key.tag.removeprefix(_CORE)
+    if kind == "bool":
+        return key.value.lower()
+    if kind == "null":
+        return ""
+    if kind not in ("int", "float"):
+        return key.value
+    if kind == "int":
+        number = int32(key.value)
+        number = float(key.value) if number is None else number
+    else:
+        bare = key.value.lstrip("+-").lower()
+        number = float(key.value.replace(".", "", 1) if bare in (".inf", ".nan") else key.value)
+    if math.isnan(number) or math.isinf(number):
+        return "NaN" if math.isnan(number) else "-Infinity" if number < 0 else "Infinity"
+    return format(number, ".15g").replace("e", "E")
 
 
 def load(text: str) -> Any:

@@ -97,6 +97,25 @@ def test_a_key_named_twice_is_refused(tmp_path):
     assert load_workflow(merged)["x"] == {"A": 3, "B": 2}
 
 
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ("{CUDA: 12, cuda: 11}", "cuda"),  # TemplateReader's keys: OrdinalIgnoreCase
+        ("{0x10: a, 16: b}", "16"),  # a number key is its G15 text
+        ("{1.0: a, 1: b}", "1"),
+        ("{'1000': a, 1e3: b}", "1000"),
+        ("{true: a, TRUE: b}", "true"),
+        ("{~: a, '': b}", ""),
+    ],
+)
+def test_a_key_named_twice_as_github_names_keys_is_refused(tmp_path, keys, named):
+    """GitHub compares a mapping's keys as text, case-blind: ``env: {CUDA: 12, cuda: 11}``
+    fails the run ("'cuda' is already defined"); the plan kept both, or (``0x10`` and ``16``,
+    both 16 to PyYAML) the last one unseen."""
+    message = refused(tmp_path, f"on: push\nenv: {keys}\n{JOB}")
+    assert f"names the key '{named}' twice in one mapping at line 2" in message
+
+
 def test_an_escape_of_a_surrogate_is_refused_as_github_refuses_it(tmp_path):
     """PyYAML reads "\\ud800" as a string no UTF-8 can hold (printing the plan that quotes it
     was an internal error); GitHub's reader refuses any surrogate escape, a pair too."""
