@@ -343,3 +343,27 @@ def test_a_composite_action_whose_steps_are_no_list_fails_the_plan_naming_it(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith(f"dry-run: bad input: composite action {action} {reason}"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[1]\n", "no mapping at its root ([1])"),
+        ("", "no mapping at its root (null)"),
+        ("name: act\n", "runs: null"),
+        ("runs: [1]\n", "runs: [1]"),
+        ("runs: {using: node99, main: a.js}\n", "using: node99"),
+        ("runs: {using: !!int 7}\n", "using: 7"),
+    ],
+)
+def test_an_action_the_runner_cannot_load_fails_the_plan_naming_it(tmp_path, text, reason):
+    """The runner fails the job loading an action.yml that is no mapping, has no runs mapping
+    or a using it does not run (ActionManifestManager: 'Failed to load', 'using: node99 is not
+    supported'); the plan said 'no action.yml in the workspace' or 'local node99 action'."""
+    action = write(tmp_path, text, "act/action.yml")
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: action {action} has {reason}, not an action"), line
+    assert "(fix: " in line
