@@ -140,6 +140,15 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
     assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5]
 
 
+def test_minus_zero_is_text_as_githubs_double_makes_it(tmp_path):
+    """GitHub reads ``-0`` as a double (MatchInteger: Double.TryParse), -0, whose text (G15,
+    .NET 8) is ``-0``: ``env: {SHIFT: -0}`` sets SHIFT=-0, where the plan's integer said 0."""
+    from gpuci.dryrun._contexts import text_of
+
+    path = write(tmp_path, "on: push\nx: [-0, -000, !!int -0, 0, +0, -0.0]\n" + JOB)
+    assert [text_of(v) for v in load_workflow(path)["x"]] == ["-0", "-0", "-0", "0", "0", "-0"]
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -157,12 +166,16 @@ def test_a_tagged_value_reads_only_what_githubs_reader_reads(tmp_path, bad):
     assert "drop the tag, or write !!str to keep it as text" in message
 
 
-@pytest.mark.parametrize("bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar"])
+@pytest.mark.parametrize(
+    "bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar", "! 12", "! 'x'", "!<!> y"]
+)
 def test_a_value_of_a_tag_github_does_not_read_is_refused(tmp_path, bad):
-    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag');
-    PyYAML made bytes of ``!!binary`` and a datetime of ``!!timestamp``."""
+    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag'), the
+    non-specific ``!`` too; PyYAML made bytes of ``!!binary``, a datetime of ``!!timestamp``
+    and the number 12 of ``! 12``."""
     message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
-    assert f"tags a value {bad.split()[0]}, a tag GitHub does not read at line 7" in message
+    tag = "!" if bad.startswith(("! ", "!<!>")) else bad.split()[0]
+    assert f"tags a value {tag}, a tag GitHub does not read at line 7" in message
 
 
 def test_a_tag_on_a_mapping_or_list_is_read_as_none(tmp_path):
