@@ -307,3 +307,12 @@ def test_a_control_character_python_calls_space_is_no_space_to_the_runner(text: 
     with pytest.raises(ExpressionError):
         condition(text, CTX, ok)
     assert evaluate("1 ==\u30001\u2028", CTX, ok) is True  # .NET's own white space still is
+
+
+@pytest.mark.timeout(60)  # a bound on a hang, not a timing: this takes milliseconds
+def test_many_unclosed_expressions_are_scanned_in_linear_time() -> None:
+    """``${{`` that no ``}}`` closes, 200,000 times in one value: the pattern tried each to the
+    text's end (32,000 took 18 s); a closed one before them is still put in."""
+    text = "${{ env.MEM }} " + "${{" * 200_000
+    assert interpolate(text, CTX, ok) == "10 " + "${{" * 200_000
+    assert interpolate("${{ '${{' }}}}x", CTX, ok) == "${{}}x"
