@@ -332,3 +332,14 @@ def test_a_vars_file_nested_past_what_github_reads_is_no_mapping_not_an_internal
     deep.write_text("A: " + "[" * 5000 + "]" * 5000 + "\n")
     with pytest.raises(InputError):
         _read_vars_file(str(deep))
+
+
+@pytest.mark.timeout(60)  # a bound on a hang, not a timing: this takes milliseconds
+def test_a_dotenv_line_of_long_white_space_is_read_in_linear_time(tmp_path):
+    """``A=x`` then 200,000 spaces then ``y``: the value's lazy ``.*?`` tried the trailing
+    white space at every position (20,000 spaces took 2 s, this minutes)."""
+    from gpuci.dryrun._given import _read_vars_file
+
+    file = tmp_path / "vars.env"
+    file.write_text("A=x" + " " * 200_000 + "y  \nB = 'q'\n")
+    assert _read_vars_file(str(file)) == {"A": "x" + " " * 200_000 + "y", "B": "q"}

@@ -285,3 +285,34 @@ def test_a_yaml_number_is_text_as_the_runner_makes_it(value: object, text: str) 
     from gpuci.dryrun._contexts import text_of
 
     assert text_of(value) == text
+
+
+@pytest.mark.timeout(60)  # a bound on a hang, not a timing: each comparison takes milliseconds
+@pytest.mark.parametrize(
+    "text",
+    ["1" * 200_000 + "x", "-" + "1" * 200_000 + ".", "." + "1" * 200_000 + "e"],
+    ids=["digits-letter", "sign-digits-point", "point-digits-e"],
+)
+def test_a_long_run_of_digits_is_read_in_linear_time(text: str) -> None:
+    """``env.X == 0`` with 200,000 digits and one letter in X: the number pattern tried every
+    split of the digits between two loops (16,000 digits took 12 s, this one hours)."""
+    assert evaluate("env.X == 0 || env.X == 1", {"env": {"X": text}}, ok) is False
+
+
+@pytest.mark.parametrize("text", ["1 ==\x1c1", "\x1f1 == 1", "1 == 1\x1e", "env.MEM\x1d== 10"])
+def test_a_control_character_python_calls_space_is_no_space_to_the_runner(text: str) -> None:
+    """U+001C-U+001F are white space to Python's ``\\s`` and ``strip()``, not to .NET's
+    Char.IsWhiteSpace: the runner's LexicalAnalyzer reads ``\\x1c1`` as one token it refuses
+    (the job fails), where the plan read ``1 == 1`` and ran the step."""
+    with pytest.raises(ExpressionError):
+        condition(text, CTX, ok)
+    assert evaluate("1 ==\u30001\u2028", CTX, ok) is True  # .NET's own white space still is
+
+
+@pytest.mark.timeout(60)  # a bound on a hang, not a timing: this takes milliseconds
+def test_many_unclosed_expressions_are_scanned_in_linear_time() -> None:
+    """``${{`` that no ``}}`` closes, 200,000 times in one value: the pattern tried each to the
+    text's end (32,000 took 18 s); a closed one before them is still put in."""
+    text = "${{ env.MEM }} " + "${{" * 200_000
+    assert interpolate(text, CTX, ok) == "10 " + "${{" * 200_000
+    assert interpolate("${{ '${{' }}}}x", CTX, ok) == "${{}}x"

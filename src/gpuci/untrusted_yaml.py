@@ -23,8 +23,8 @@ GitHub's template reader refuses both; so does this loader, with the line and th
   infinity);
 - dates: the text written (GitHub has no timestamp type), never a datetime or a ValueError;
 - tags: on a value, only the core schema's (``!!int`` on a plain ``0x1f``, not on ``'0x1f'``
-  or ``1_000``), as GitHub's reader takes them; on a mapping or list, none (``!!set`` is the
-  mapping written);
+  or ``1_000``; no ``!``), as GitHub's reader takes them; on a mapping or list, none
+  (``!!set`` is the mapping written);
 - plain scalars: read by GitHub's YAML 1.2 core schema, not PyYAML's YAML 1.1 (``yes`` is text,
   ``0755`` is 755), so a plan prints and compares the values the run has.
 """
@@ -110,9 +110,11 @@ class _BoundedLoader(yaml.SafeLoader):
             )
 
     def compose_scalar_node(self, anchor: Any) -> ScalarNode:
-        tagged = self.peek_event().tag not in (None, "!")
+        tag = self.peek_event().tag
         node = super().compose_scalar_node(anchor)
-        if tagged and node.tag != f"{_CORE}str":
+        if tag == "!":  # GitHub's reader: "Unexpected tag '!'" (PyYAML read ``! 12`` as 12)
+            node.tag = tag
+        if tag is not None and node.tag != f"{_CORE}str":
             _refuse_tagged(node)
         if _SURROGATE.search(node.value):
             raise Refused(
@@ -134,7 +136,7 @@ class _BoundedLoader(yaml.SafeLoader):
         node.tag = f"{_CORE}seq"  # and a list's (``!!omap``, ``!!pairs``)
         return node
 
-    def construct_yaml_int(self, node: ScalarNode) -> int:
+    def construct_integer(self, node: ScalarNode) -> int | float:
         """An integer as GitHub's reader reads one, tagged ``!!int`` or not (``MatchInteger``):
         ``[-+]?[0-9]+`` of at most :data:`MAX_INT_DIGITS` digits, or ``0x``/``0o`` digits as
         :func:`int32` reads them, refused past 32 bits (``compose_scalar_node`` lets no other
@@ -149,17 +151,18 @@ class _BoundedLoader(yaml.SafeLoader):
                 node.start_mark,
             )
         if _DECIMAL.fullmatch(text):  # ``0755`` is 755 to GitHub; PyYAML read it as octal
-            return int(text, 10)
-        number = int32(text)
-        assert number is not None  # compose_scalar_node let only digits, 0x and 0o through
-        if math.isnan(number):
+            number = int(text, 10)  # GitHub reads a double: ``-0`` is -0, its text "-0"
+            return -0.0 if number == 0 and text[0] == "-" else number
+        hexa = int32(text)
+        assert hexa is not None  # compose_scalar_node let only digits, 0x and 0o through
+        if math.isnan(hexa):
             raise Refused(
                 f"holds the integer {text[:40]}, past 32 bits",
                 "GitHub reads a 0x or 0o integer as an Int32 (at most 0xFFFFFFFF, "
                 "0o37777777777) and refuses a larger one; write it in decimal, or quote it",
                 node.start_mark,
             )
-        return int(number)
+        return int(hexa)
 
     def construct_yaml_float(self, node: ScalarNode) -> float:
         """A float (``compose_scalar_node`` let only the core schema's through); one past a
@@ -199,7 +202,7 @@ for _kind, _pattern, _first in _CORE_SCHEMA:  # int before float: "12" is an int
     _BoundedLoader.add_implicit_resolver(
         f"tag:yaml.org,2002:{_kind}", re.compile(rf"^(?:{_pattern})$"), list(_first)
     )
-_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_yaml_int)
+_BoundedLoader.add_constructor("tag:yaml.org,2002:int", _BoundedLoader.construct_integer)
 _BoundedLoader.add_constructor("tag:yaml.org,2002:float", _BoundedLoader.construct_yaml_float)
 
 
@@ -245,20 +248,46 @@ def _refuse_tagged(node: ScalarNode) -> None:
 
 def _refuse_duplicate_keys(node: MappingNode) -> None:
     """GitHub refuses a mapping that names a key twice; PyYAML would keep the last silently.
-    Keys compare as the text written (GitHub's keys are strings: ``on`` is not ``true``); a
-    merge (``<<``) may repeat a key, as merging is meant to."""
+    Keys compare as GitHub's ``TemplateReader`` compares them: as text (a number as its G15
+    text, so ``0x10`` is ``16``; ``true``, ``TRUE``), case-blind (``OrdinalIgnoreCase``:
+    ``env: {A: 1, a: 2}`` fails the run); a merge (``<<``) may repeat a key, as merging is
+    meant to."""
     seen: set[str] = set()
     for key, _ in node.value:
         if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
             continue
-        if key.value in seen:
+        text = _key_text(key)
+        folded = "".join(
+            c if c in "\u0131\u017f" or len(c.upper()) > 1 else c.upper() for c in text
+        )
+        if folded in seen:
             raise Refused(
-                f"names the key '{key.value[:60]}' twice in one mapping",
-                f"GitHub refuses a file whose mapping repeats a key ('{key.value[:60]}' is "
+                f"names the key '{text[:60]}' twice in one mapping",
+                f"GitHub refuses a file whose mapping repeats a key, case-blind ('{text[:60]}' is "
                 "already defined); keep one",
                 key.start_mark,
             )
-        seen.add(key.value)
+        seen.add(folded)
+
+
+def _key_text(key: ScalarNode) -> str:
+    """A key as GitHub's reader names it: a number, a boolean or a null as its text."""
+    kind = key.tag.removeprefix(_CORE)
+    if kind == "bool":
+        return key.value.lower()
+    if kind == "null":
+        return ""
+    if kind not in ("int", "float"):
+        return key.value
+    if kind == "int":
+        number = int32(key.value)
+        number = float(key.value) if number is None else number
+    else:
+        bare = key.value.lstrip("+-").lower()
+        number = float(key.value.replace(".", "", 1) if bare in (".inf", ".nan") else key.value)
+    if math.isnan(number) or math.isinf(number):
+        return "NaN" if math.isnan(number) else "-Infinity" if number < 0 else "Infinity"
+    return format(number, ".15g").replace("e", "E")
 
 
 def load(text: str) -> Any:

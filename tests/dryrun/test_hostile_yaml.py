@@ -97,6 +97,25 @@ def test_a_key_named_twice_is_refused(tmp_path):
     assert load_workflow(merged)["x"] == {"A": 3, "B": 2}
 
 
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ("{CUDA: 12, cuda: 11}", "cuda"),  # TemplateReader's keys: OrdinalIgnoreCase
+        ("{0x10: a, 16: b}", "16"),  # a number key is its G15 text
+        ("{1.0: a, 1: b}", "1"),
+        ("{'1000': a, 1e3: b}", "1000"),
+        ("{true: a, TRUE: b}", "true"),
+        ("{~: a, '': b}", ""),
+    ],
+)
+def test_a_key_named_twice_as_github_names_keys_is_refused(tmp_path, keys, named):
+    """GitHub compares a mapping's keys as text, case-blind: ``env: {CUDA: 12, cuda: 11}``
+    fails the run ("'cuda' is already defined"); the plan kept both, or (``0x10`` and ``16``,
+    both 16 to PyYAML) the last one unseen."""
+    message = refused(tmp_path, f"on: push\nenv: {keys}\n{JOB}")
+    assert f"names the key '{named}' twice in one mapping at line 2" in message
+
+
 def test_an_escape_of_a_surrogate_is_refused_as_github_refuses_it(tmp_path):
     """PyYAML reads "\\ud800" as a string no UTF-8 can hold (printing the plan that quotes it
     was an internal error); GitHub's reader refuses any surrogate escape, a pair too."""
@@ -121,6 +140,15 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
     assert load_workflow(path)["x"] == [int("9" * 100), 31, 1.5]
 
 
+def test_minus_zero_is_text_as_githubs_double_makes_it(tmp_path):
+    """GitHub reads ``-0`` as a double (MatchInteger: Double.TryParse), -0, whose text (G15,
+    .NET 8) is ``-0``: ``env: {SHIFT: -0}`` sets SHIFT=-0, where the plan's integer said 0."""
+    from gpuci.dryrun._contexts import text_of
+
+    path = write(tmp_path, "on: push\nx: [-0, -000, !!int -0, 0, +0, -0.0]\n" + JOB)
+    assert [text_of(v) for v in load_workflow(path)["x"]] == ["-0", "-0", "-0", "0", "0", "-0"]
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -138,12 +166,16 @@ def test_a_tagged_value_reads_only_what_githubs_reader_reads(tmp_path, bad):
     assert "drop the tag, or write !!str to keep it as text" in message
 
 
-@pytest.mark.parametrize("bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar"])
+@pytest.mark.parametrize(
+    "bad", ["!!binary aGk=", "!!timestamp 2001-12-14", "!foo bar", "! 12", "! 'x'", "!<!> y"]
+)
 def test_a_value_of_a_tag_github_does_not_read_is_refused(tmp_path, bad):
-    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag');
-    PyYAML made bytes of ``!!binary`` and a datetime of ``!!timestamp``."""
+    """GitHub's reader refuses a scalar's tag outside the core schema ('Unexpected tag'), the
+    non-specific ``!`` too; PyYAML made bytes of ``!!binary``, a datetime of ``!!timestamp``
+    and the number 12 of ``! 12``."""
     message = refused(tmp_path, f"on: push\n{JOB}x: {bad}\n")
-    assert f"tags a value {bad.split()[0]}, a tag GitHub does not read at line 7" in message
+    tag = "!" if bad.startswith(("! ", "!<!>")) else bad.split()[0]
+    assert f"tags a value {tag}, a tag GitHub does not read at line 7" in message
 
 
 def test_a_tag_on_a_mapping_or_list_is_read_as_none(tmp_path):
@@ -324,3 +356,27 @@ def test_a_composite_action_whose_steps_are_no_list_fails_the_plan_naming_it(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith(f"dry-run: bad input: composite action {action} {reason}"), line
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("[1]\n", "no mapping at its root ([1])"),
+        ("", "no mapping at its root (null)"),
+        ("name: act\n", "runs: null"),
+        ("runs: [1]\n", "runs: [1]"),
+        ("runs: {using: node99, main: a.js}\n", "using: node99"),
+        ("runs: {using: !!int 7}\n", "using: 7"),
+    ],
+)
+def test_an_action_the_runner_cannot_load_fails_the_plan_naming_it(tmp_path, text, reason):
+    """The runner fails the job loading an action.yml that is no mapping, has no runs mapping
+    or a using it does not run (ActionManifestManager: 'Failed to load', 'using: node99 is not
+    supported'); the plan said 'no action.yml in the workspace' or 'local node99 action'."""
+    action = write(tmp_path, text, "act/action.yml")
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: action {action} has {reason}, not an action"), line
+    assert "(fix: " in line

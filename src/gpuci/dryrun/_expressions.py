@@ -29,6 +29,7 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.dryrun._bounds import KEY_COST, spend
 from gpuci.dryrun._values import (
+    NET_WHITE,
     ExpressionError,
     Partial,
     Unknown,
@@ -70,20 +71,44 @@ __all__ = [
 # where no property can follow) up to the next boundary, dots included, then parsed as text is
 # (``to_number``: ``.5``, ``1e3``, ``0x1F``, ``0o17``, ``-Infinity``); one that parses to NaN is
 # no number (``1.2.3``, ``-0x1``). ``NaN`` and ``Infinity`` are keywords (primary reads them).
+# White space is .NET's (``Char.IsWhiteSpace``), not Python's ``\s``: U+001C-U+001F are none,
+# so ``1 ==\x1c1`` is a token the runner refuses, not ``1 == 1``.
+_WHITE = f"[{NET_WHITE}]"
 TOKEN = re.compile(
-    r"\s*(?:"
+    rf"{_WHITE}*(?:"
     r"(?P<str>'(?:[^']|'')*')"
-    r"|(?P<num>[-+0-9][^\s()\[\],!<>=&|]*)"
+    rf"|(?P<num>[-+0-9][^{NET_WHITE}()\[\],!<>=&|]*)"
     r"|(?P<op>==|!=|<=|>=|&&|\|\||[!<>().\[\],*])"
     r"|(?P<name>[A-Za-z_][A-Za-z0-9_-]*)"
     r")"
 )
-_DOT_NUMBER = re.compile(r"\s*(?P<num>\.[^\s()\[\],!<>=&|]*)")
+_DOT_NUMBER = re.compile(rf"{_WHITE}*(?P<num>\.[^{NET_WHITE}()\[\],!<>=&|]*)")
 # after these (or at the start) a dot begins a number, as in the runner; elsewhere a property
 _BEFORE_NUMBER = frozenset({",", "(", "[", "!", "==", "!=", "<", "<=", ">", ">=", "&&", "||"})
 KEYWORD_NUMBERS = {"NaN": math.nan, "Infinity": math.inf}
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
-EMBEDDED = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+
+class _Embedded:
+    """``${{ expr }}`` in a text, found in linear time. The pattern alone tried each ``${{``
+    that no ``}}`` follows to the text's end: 32,000 of them (96 KB in one env value) took
+    18 s, a 1 MiB workflow half an hour. None after the last ``}}`` can match, so none is
+    tried: each ``${{`` tried then ends at a ``}}``."""
+
+    PATTERN = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
+
+    def search(self, text: str) -> re.Match[str] | None:
+        return self.PATTERN.search(text, 0, text.rfind("}}") + 2)
+
+    def fullmatch(self, text: str) -> re.Match[str] | None:
+        return self.PATTERN.fullmatch(text)  # anchored: one start, linear
+
+    def sub(self, put: Callable[[re.Match[str]], str], text: str) -> str:
+        end = text.rfind("}}") + 2
+        return self.PATTERN.sub(put, text[:end]) + text[end:]
+
+
+EMBEDDED = _Embedded()
 Status = Callable[[str], "bool | Unknown"]
 # Extra functions by lower-case name: called with the contexts and the arguments. A set of names
 # instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
@@ -103,7 +128,7 @@ MAX_TEXT = (10 << 20) // 2
 def tokenize(text: str) -> list[tuple[str, str]]:
     tokens: list[tuple[str, str]] = []
     pos = 0
-    text = text.rstrip()
+    text = text.rstrip(NET_WHITE)
     while pos < len(text):
         dot = not tokens or tokens[-1][1] in _BEFORE_NUMBER  # a string keeps its quotes
         match = (dot and _DOT_NUMBER.match(text, pos)) or TOKEN.match(text, pos)
@@ -490,7 +515,7 @@ def condition_expression(text: str | bool | None) -> str:
         return "success() && true" if text else "success() && false"
     if isinstance(text, int | float):
         text = to_text(text)
-    expr = str(text).strip()
+    expr = str(text).strip(NET_WHITE)
     whole = EMBEDDED.fullmatch(expr)
     if whole:
         expr = whole.group(1)

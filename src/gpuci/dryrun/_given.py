@@ -26,7 +26,9 @@ __all__ = ["ALWAYS_SECRETS", "load_payload", "secrets_context", "vars_context"]
 
 ALWAYS_SECRETS = (settings.GITHUB_TOKEN.name,)  # the runner makes it for every job
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DOTENV = re.compile(r"^\s*(?:export\s+)?(?P<name>[^=\s]+)\s*=\s*(?P<value>.*?)\s*$")
+# the value to the line's end, its trailing white space cut by rstrip(): ``(.*?)\s*$`` tried
+# that white space at every position of the value (20,000 spaces: 2 s)
+_DOTENV = re.compile(r"^\s*(?:export\s+)?(?P<name>[^=\s]+)\s*=\s*(?P<value>.*)$")
 
 
 def _check_name(name: str, what: str, fix: str) -> str:
@@ -84,7 +86,7 @@ def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
         match = _DOTENV.match(line)
         if match is None:
             raise InputError(f"the vars file {file}: line {number} is not NAME=VALUE", hint=hint)
-        value = match.group("value")
+        value = match.group("value").rstrip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
         found[match.group("name")] = value

@@ -233,17 +233,34 @@ def load_local_action(workspace: Path, uses: str) -> tuple[Path, dict[str, Any]]
     for name in ("action.yml", "action.yaml"):
         path = folder / name
         if _is_file(path):
-            data = read_yaml(path, "action")
-            return (folder, _composite_listed(path, data)) if isinstance(data, dict) else None
+            return folder, _composite_listed(path, read_yaml(path, "action"))
     return None
 
 
-def _composite_listed(path: Path, action: dict[str, Any]) -> dict[str, Any]:
-    """``action``, unless it is a composite one whose ``runs.steps`` is missing, no list, or
-    holds an item that is no mapping: the runner fails the job at 'Set up job' loading it
-    (ActionManifestManager), where a plan read an action of no steps."""
-    runs = action.get("runs")
-    if not isinstance(runs, dict) or str(runs.get("using")).lower() != "composite":
+# what ``runs.using`` the runner runs (ActionManifestManager.ConvertRuns, case-blind)
+_USING = frozenset({"composite", "docker", "node12", "node16", "node20", "node24"})
+
+
+def _composite_listed(path: Path, action: Any) -> dict[str, Any]:
+    """``action``, unless the runner fails the job loading it (ActionManifestManager): no
+    mapping, no ``runs`` mapping, a ``using`` it does not run, or a composite one whose
+    ``runs.steps`` is missing, no list, or holds an item that is no mapping. The plan read
+    such a file as no action.yml, another action, or an action of no steps."""
+    runs = action.get("runs") if isinstance(action, dict) else None
+    if not isinstance(runs, dict) or str(runs.get("using")).lower() not in _USING:
+        shown = (
+            f"using: {_written(runs.get('using'))}"
+            if isinstance(runs, dict)
+            else f"runs: {_written(runs)}"
+            if isinstance(action, dict)
+            else f"no mapping at its root ({_written(action)})"
+        )
+        raise InputError(
+            f"action {path} has {shown}, not an action the runner runs",
+            hint="the runner fails the job loading such an action.yml; give it a runs: "
+            "mapping whose using: is composite, docker, node20 or node24",
+        )
+    if str(runs.get("using")).lower() != "composite":
         return action
     if "steps" not in runs:
         raise InputError(
