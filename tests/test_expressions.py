@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuci.dryrun._embedded import unclosed
 from gpuci.dryrun._expressions import (
     ExpressionError,
     Partial,
@@ -312,7 +313,35 @@ def test_a_control_character_python_calls_space_is_no_space_to_the_runner(text: 
 @pytest.mark.timeout(60)  # a bound on a hang, not a timing: this takes milliseconds
 def test_many_unclosed_expressions_are_scanned_in_linear_time() -> None:
     """``${{`` that no ``}}`` closes, 200,000 times in one value: the pattern tried each to the
-    text's end (32,000 took 18 s); a closed one before them is still put in."""
-    text = "${{ env.MEM }} " + "${{" * 200_000
-    assert interpolate(text, CTX, ok) == "10 " + "${{" * 200_000
+    text's end (32,000 took 18 s). GitHub refuses such a text (the expression is not closed),
+    and so does the scan, reading it once; so it does for 200,000 quoted strings."""
+    for text in ("${{ env.MEM }} " + "${{" * 200_000, "${{ " + "'a'" * 200_000):
+        assert unclosed(text)
+        with pytest.raises(ExpressionError, match="not closed"):
+            interpolate(text, CTX, ok)
     assert interpolate("${{ '${{' }}}}x", CTX, ok) == "${{}}x"
+    assert interpolate("${{ env.MEM }}" * 100_000, CTX, ok) == "10" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("${{ format('}}') }}", "}"),  # the quoted }} does not end it (it was "format('")
+        ("${{ format('a}}b{0}', 'c') }}!", "a}bc!"),
+        ("${{ 'it''s }}' }}", "it's }}"),  # '' toggles twice: still in the string
+        ("${{ '}' }}}", "}}"),  # the first }} outside a string ends it; the } after is text
+        ("<${{ '{{ x }}' }}>${{ env.MEM }}", "<{{ x }}>10"),
+    ],
+)
+def test_an_expression_ends_at_the_first_closing_braces_outside_a_string(text, expected):
+    """GitHub's TemplateReader toggles "in a string" at each ' and ends an expression at the
+    first }} outside one; the plan ended it at the first }}, inside the literal too."""
+    assert interpolate(text, CTX, ok) == expected
+
+
+def test_if_is_one_expression_only_when_its_braces_are_outside_strings() -> None:
+    assert condition_expression("${{ '}}' == '}}' }}") == "success() && ( '}}' == '}}' )"
+    assert condition("${{ '}}' == '}}' }}", CTX, ok) is True
+    # two expressions are not one, though the text starts with ${{ and ends with }}
+    with pytest.raises(ExpressionError, match="mixes"):
+        condition_expression("${{ true }} && ${{ false }}")

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -41,6 +42,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 MAX_DEPTH = 100
 MAX_NODES = 1_000_000
 MAX_INT_DIGITS = 100  # a run count or a size needs 20; Python stops at 4,300 (int_max_str_digits)
+# A check of each text (value or key) a caller adds: (problem, hint) for one to refuse, else None
+ScalarCheck = Callable[[str], "tuple[str, str] | None"]
 _SURROGATE = re.compile("[\ud800-\udfff]")  # only an escape makes one (the reader refuses it raw)
 
 
@@ -56,8 +59,9 @@ class _BoundedLoader(yaml.SafeLoader):
     """``SafeLoader`` that counts, while composing, each node's depth and the nodes an alias
     stands for: refused before anything walks the document."""
 
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, check: ScalarCheck | None = None) -> None:
         super().__init__(stream)
+        self._check = check
         self._level = 0  # the level of the node being composed (the document's root is 1)
         self._reach = 0  # the deepest level reached, aliases read in full
         self._nodes = 0  # nodes so far, aliases read in full
@@ -123,6 +127,9 @@ class _BoundedLoader(yaml.SafeLoader):
                 "write the character itself, or \\U0001F600 for one beyond \\uffff",
                 node.start_mark,
             )
+        refused = self._check(node.value) if self._check and node.tag == f"{_CORE}str" else None
+        if refused:
+            raise Refused(*refused, node.start_mark)
         return node
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
@@ -290,10 +297,10 @@ def _key_text(key: ScalarNode) -> str:
     return format(number, ".15g").replace("e", "E")
 
 
-def load(text: str) -> Any:
-    """The document in ``text``; :class:`Refused` past GitHub's bounds, another
-    ``yaml.YAMLError`` when it is no YAML."""
-    loader = _BoundedLoader(text)
+def load(text: str, check: ScalarCheck | None = None) -> Any:
+    """The document in ``text``; :class:`Refused` past GitHub's bounds (or where ``check``
+    refuses a text), another ``yaml.YAMLError`` when it is no YAML."""
+    loader = _BoundedLoader(text, check)
     try:
         return loader.get_single_data()
     finally:

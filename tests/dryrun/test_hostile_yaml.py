@@ -224,8 +224,21 @@ def test_a_hex_or_octal_integer_is_the_int32_githubs_reader_makes(tmp_path, valu
         ("on: push\n" + JOB + "env: {N: " + "9" * 5_000 + "}\n", "holds an integer of 5,000"),
         ("on: push\n" + JOB + "env: {N: 1e400}\n", "holds the number 1e400, past a double's"),
         ("on: push\n" + JOB + "env: {N: 0x1FFFFFFFF}\n", "holds the integer 0x1FFFFFFFF, past"),
+        (
+            "on: push\n" + JOB + "        if: ${{ github.event_name == 'push'\n",
+            "holds an expression that is not closed (a ${{ with no }} after it; a }} inside a "
+            "'...' string does not close one) at line 7 (fix: close it with }}",
+        ),
     ],
-    ids=["deep", "duplicate-key", "surrogate-escape", "long-integer", "float-past-range", "hex"],
+    ids=[
+        "deep",
+        "duplicate-key",
+        "surrogate-escape",
+        "long-integer",
+        "float-past-range",
+        "hex",
+        "unclosed-if",
+    ],
 )
 def test_dry_run_says_it_in_one_bad_input_line(tmp_path, body, reason):
     wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
@@ -380,3 +393,24 @@ def test_an_action_the_runner_cannot_load_fails_the_plan_naming_it(tmp_path, tex
     (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
     assert line.startswith(f"dry-run: bad input: action {action} has {reason}, not an action"), line
     assert "(fix: " in line
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("on: push\n" + JOB + "        if: ${{ success()\n", 7),
+        ("on: push\nenv:\n  A: \"${{ format('}}') \"\n" + JOB, 3),  # its }} is in a string
+        ("on: push\nenv:\n  B: |\n    ok ${{ env.A }}\n    ${{ env.A\n" + JOB, 3),
+        ("on: push\nenv:\n  ${{ x: 1\n" + JOB, 3),  # a key is read as a value is
+    ],
+)
+def test_an_expression_that_is_not_closed_fails_the_file(tmp_path, text, line):
+    """GitHub refuses a file with a ${{ and no }} after it outside a string ("The expression is
+    not closed"): the plan read such a value as text, and an if: of it as "conditional"."""
+    assert "that is not closed (a ${{ with no }} after it" in (got := refused(tmp_path, text))
+    assert f" at line {line} (fix: " in got
+
+
+def test_closed_expressions_still_load(tmp_path):
+    body = "on: push\nenv:\n  A: ${{ format('}}') }}\n  B: \"${{ '${{' }}\"\n  C: '{{ }}'\n"
+    assert read_yaml(write(tmp_path, body + JOB), "workflow")["env"]["B"] == "${{ '${{' }}"

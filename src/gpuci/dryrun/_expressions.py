@@ -28,6 +28,7 @@ from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.dryrun._bounds import KEY_COST, spend
+from gpuci.dryrun._embedded import EMBEDDED, Span
 from gpuci.dryrun._values import (
     NET_WHITE,
     ExpressionError,
@@ -89,26 +90,6 @@ KEYWORD_NUMBERS = {"NaN": math.nan, "Infinity": math.inf}
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
 
 
-class _Embedded:
-    """``${{ expr }}`` in a text, found in linear time. The pattern alone tried each ``${{``
-    that no ``}}`` follows to the text's end: 32,000 of them (96 KB in one env value) took
-    18 s, a 1 MiB workflow half an hour. None after the last ``}}`` can match, so none is
-    tried: each ``${{`` tried then ends at a ``}}``."""
-
-    PATTERN = re.compile(r"\$\{\{(.*?)\}\}", re.DOTALL)
-
-    def search(self, text: str) -> re.Match[str] | None:
-        return self.PATTERN.search(text, 0, text.rfind("}}") + 2)
-
-    def fullmatch(self, text: str) -> re.Match[str] | None:
-        return self.PATTERN.fullmatch(text)  # anchored: one start, linear
-
-    def sub(self, put: Callable[[re.Match[str]], str], text: str) -> str:
-        end = text.rfind("}}") + 2
-        return self.PATTERN.sub(put, text[:end]) + text[end:]
-
-
-EMBEDDED = _Embedded()
 Status = Callable[[str], "bool | Unknown"]
 # Extra functions by lower-case name: called with the contexts and the arguments. A set of names
 # instead makes each of them an Unknown (what only the run can compute, e.g. hashFiles).
@@ -488,7 +469,7 @@ def interpolate(
     size = len(text)
     spend(size)
 
-    def put(match: re.Match[str]) -> str:
+    def put(match: Span) -> str:
         nonlocal size
         value = evaluate(match.group(1), contexts, status, functions)
         found, walked = walk(value) if isinstance(value, dict | list | Unknown) else (None, 0)

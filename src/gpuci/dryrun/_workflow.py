@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.commands import Command, command_for_action
+from gpuci.dryrun._embedded import NOT_CLOSED, unclosed
 from gpuci.errors import InputError
 from gpuci.redact import clip, excerpt
 
@@ -199,7 +200,7 @@ def read_yaml(path: Path, what: str) -> Any:
         path, what, "point at a workflow or action file, saved as UTF-8", MAX_FILE_BYTES
     )
     try:
-        return _yaml.load(text)
+        return _yaml.load(text, _expressions_closed)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -209,6 +210,16 @@ def read_yaml(path: Path, what: str) -> Any:
             f"{what} {path} is not valid YAML{where}",
             hint="fix the YAML (actionlint shows the exact spot)",
         ) from None
+
+
+def _expressions_closed(text: str) -> tuple[str, str] | None:
+    """GitHub's reader refuses a workflow or action whose text opens a ``${{`` it never closes
+    (a plan read it as text, or judged an ``if:`` of it "conditional")."""
+    if not unclosed(text):
+        return None
+    return NOT_CLOSED, (
+        "close it with }} outside any '...' string, or write ${{ '${{' }} for the text ${{"
+    )
 
 
 def local_target(workspace: Path, uses: str) -> Path | None:
