@@ -343,3 +343,34 @@ def test_a_dotenv_line_of_long_white_space_is_read_in_linear_time(tmp_path):
     file = tmp_path / "vars.env"
     file.write_text("A=x" + " " * 200_000 + "y  \nB = 'q'\n")
     assert _read_vars_file(str(file)) == {"A": "x" + " " * 200_000 + "y", "B": "q"}
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        ("GPU: 'on'\ngpu: 'off'\n", "'gpu' again (after 'GPU') at line 2"),  # YAML
+        ('{"GPU": "on", "Gpu": "off"}', "'Gpu' again (after 'GPU') at line 1"),  # JSON
+        ("GPU=on\nMEM=1\ngpu=off\n", "'gpu' again (after 'GPU') at line 3"),  # dotenv
+        ("GPU=on\nGPU=off\n", "'GPU' again at line 2"),
+        ("base: &b {GPU: 'on'}\n<<: *b\ngpu: 'off'\n", "'gpu' again (after 'GPU')"),  # a merge
+    ],
+)
+def test_a_vars_file_naming_a_variable_twice_case_blind_says_which(tmp_path, body, where):
+    """GitHub's variable names are case-blind: the YAML reader refused such a file, which was
+    then read as dotenv and failed as "line 1 is not NAME=VALUE", naming neither the name
+    nor the fix."""
+    wf = one_job(tmp_path, VARS, WF)
+    (tmp_path / "vars").write_text(body)
+    proc = dry_run(tmp_path, wf, "--vars-file", "vars", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith("dry-run: bad input: the vars file vars names the variable "), line
+    assert where in line and "case-blind" in line and "fix: keep one of them" in line, line
+
+
+def test_a_var_flag_replaces_the_file_s_variable_whatever_its_case(tmp_path):
+    from gpuci.dryrun._given import vars_context
+
+    (tmp_path / "vars").write_text("GPU_TESTS: 'on'\nMEM: '1'\n")
+    got = vars_context(["gpu_tests=off", "mem=2", "MEM=3"], str(tmp_path / "vars"))
+    assert got == {"gpu_tests": "off", "MEM": "3"}

@@ -55,6 +55,19 @@ class Refused(yaml.MarkedYAMLError):
         self.hint = hint
 
 
+class DuplicateKey(Refused):
+    """A mapping that names ``key`` again, case-blind: ``first`` is how it was first spelled."""
+
+    def __init__(self, key: str, first: str, mark: Any) -> None:
+        super().__init__(
+            f"names the key '{key[:60]}' twice in one mapping",
+            f"GitHub refuses a file whose mapping repeats a key, case-blind ('{key[:60]}' is "
+            "already defined); keep one",
+            mark,
+        )
+        self.key, self.first = key, first
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """``SafeLoader`` that counts, while composing, each node's depth and the nodes an alias
     stands for: refused before anything walks the document."""
@@ -259,22 +272,21 @@ def _refuse_duplicate_keys(node: MappingNode) -> None:
     text, so ``0x10`` is ``16``; ``true``, ``TRUE``), case-blind (``OrdinalIgnoreCase``:
     ``env: {A: 1, a: 2}`` fails the run); a merge (``<<``) may repeat a key, as merging is
     meant to."""
-    seen: set[str] = set()
+    seen: dict[str, str] = {}
     for key, _ in node.value:
         if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
             continue
         text = _key_text(key)
-        folded = "".join(
-            c if c in "\u0131\u017f" or len(c.upper()) > 1 else c.upper() for c in text
-        )
+        folded = fold(text)
         if folded in seen:
-            raise Refused(
-                f"names the key '{text[:60]}' twice in one mapping",
-                f"GitHub refuses a file whose mapping repeats a key, case-blind ('{text[:60]}' is "
-                "already defined); keep one",
-                key.start_mark,
-            )
-        seen.add(folded)
+            raise DuplicateKey(text, seen[folded], key.start_mark)
+        seen[folded] = text
+
+
+def fold(text: str) -> str:
+    """``text`` as GitHub compares names, case-blind (.NET's ``OrdinalIgnoreCase``: each
+    character upper-cased alone, so neither dotless i nor long s nor ß meets another)."""
+    return "".join(c if c in "\u0131\u017f" or len(c.upper()) > 1 else c.upper() for c in text)
 
 
 def _key_text(key: ScalarNode) -> str:

@@ -21,6 +21,7 @@ from gpuci.dryrun._contexts import text_of
 from gpuci.dryrun._expressions import Partial, Unknown, opaque
 from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
+from gpuci.untrusted_yaml import fold
 
 __all__ = ["ALWAYS_SECRETS", "load_payload", "secrets_context", "vars_context"]
 
@@ -43,19 +44,24 @@ def _check_name(name: str, what: str, fix: str) -> str:
 
 def vars_context(pairs: list[str], file: str) -> dict[str, str] | Unknown:
     """``vars`` from ``--vars-file`` then ``--var`` (a flag beats the file); Unknown if neither.
+    Names are case-blind, as GitHub's are: ``--var gpu=1`` replaces the file's ``GPU``.
 
     Raises InputError for a pair without ``=``, a bad name, or an unreadable file.
     """
     if not pairs and not file:
         return Unknown("vars")
     found: dict[str, str] = _read_vars_file(file) if file else {}
+    named = {fold(name): name for name in found}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
             raise InputError(
                 f"--var {pair[:60]!r} has no '='", hint="pass --var NAME=VALUE, once per variable"
             )
-        found[_check_name(name.strip(), "--var", "pass --var NAME=VALUE")] = value
+        name = _check_name(name.strip(), "--var", "pass --var NAME=VALUE")
+        found.pop(named.get(fold(name), name), None)  # as the file (or a flag) spelled it
+        found[name] = value
+        named[fold(name)] = name
     return found
 
 
@@ -66,20 +72,55 @@ def _read_vars_file(file: str) -> dict[str, str]:
 
     hint = "pass a YAML or JSON mapping (NAME: VALUE) or a dotenv file (NAME=VALUE per line)"
     text = untrusted_json.read_input(Path(file), "the vars file", hint, MAX_FILE_BYTES)
+    refused: _yaml.Refused | None = None
     try:
         body: Any = _yaml.load(text)  # bounded: a vars file 10,000 deep is no mapping
-    except yaml.YAMLError:  # _yaml.Refused is one
+    except _yaml.Refused as exc:  # YAML that GitHub refuses: unless it is dotenv, say why
+        body, refused = None, exc
+    except yaml.YAMLError:
         body = None
     if not isinstance(body, dict):
-        body = _dotenv(text, file, hint)
-    return {  # variables are text: YAML may read 1 or true
+        try:
+            body = _dotenv(text, file, hint)
+        except InputError:
+            if refused is None:
+                raise
+            raise _refusal(file, refused) from None
+    found = {  # variables are text: YAML may read 1 or true
         _check_name(str(k), f"vars file {file}: variable", hint): text_of(v)
         for k, v in body.items()
     }
+    named: dict[str, str] = {}
+    for name in found:  # a merge (<<) may bring in a name again, in another case
+        if (first := named.setdefault(fold(name), name)) != name:
+            raise _twice(file, name, first, "")
+    return found
+
+
+def _refusal(file: str, exc: Any) -> InputError:
+    """The vars file's YAML refusal, in one line: a name given twice says which, and the fix."""
+    from gpuci import untrusted_yaml as _yaml
+
+    mark = exc.problem_mark
+    where = f" at line {mark.line + 1}" if mark else ""
+    if isinstance(exc, _yaml.DuplicateKey):
+        return _twice(file, exc.key, exc.first, where)
+    return InputError(f"the vars file {file} {exc.problem}{where}", hint=exc.hint)
+
+
+def _twice(file: str, name: str, first: str, where: str) -> InputError:
+    """A variable named again (case-blind: GitHub keeps one of a name), with the fix."""
+    again = f"'{name[:60]}' again" + (f" (after '{first[:60]}')" if first != name else "")
+    return InputError(
+        f"the vars file {file} names the variable {again}{where}; GitHub's variable names are "
+        "case-blind, so they are one variable",
+        hint="keep one of them (a --var flag replaces the file's value)",
+    )
 
 
 def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
     found: dict[str, str] = {}
+    named: dict[str, str] = {}
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
@@ -89,7 +130,10 @@ def _dotenv(text: str, file: str, hint: str) -> dict[str, str]:
         value = match.group("value").rstrip()
         if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
             value = value[1:-1]
-        found[match.group("name")] = value
+        name = match.group("name")
+        if (first := named.setdefault(fold(name), name)) in found:
+            raise _twice(file, name, first, f" at line {number}")
+        found[name] = value
     return found
 
 
