@@ -126,3 +126,14 @@ def test_text_the_runner_reads_as_no_number_is_refused(contexts, expression):
     (``-0x1`` was NaN here, ``1.2.3`` a property access)."""
     with pytest.raises(ExpressionError):
         evaluate(expression, contexts, ok)
+
+
+def test_a_matrix_reference_inside_a_quoted_string_is_that_text():
+    """GitHub reads ``${{ format('${{ matrix.mem }}') }}`` as one expression whose string
+    holds the text ``${{ matrix.mem }}``: a leg's value was put into the string."""
+    from gpuci.dryrun import _matrix as matrix
+
+    leg = {"mem": 200}
+    quoted = "${{ format('${{ matrix.mem }}') }}-${{ matrix.mem }}"
+    assert matrix.substitute(quoted, leg) == "${{ format('${{ matrix.mem }}') }}-200"
+    assert matrix.substitute("a ${{ matrix.mem }} b", leg) == "a 200 b"

@@ -414,3 +414,15 @@ def test_an_expression_that_is_not_closed_fails_the_file(tmp_path, text, line):
 def test_closed_expressions_still_load(tmp_path):
     body = "on: push\nenv:\n  A: ${{ format('}}') }}\n  B: \"${{ '${{' }}\"\n  C: '{{ }}'\n"
     assert read_yaml(write(tmp_path, body + JOB), "workflow")["env"]["B"] == "${{ '${{' }}"
+
+
+def test_a_composite_action_with_an_expression_not_closed_fails_the_plan_naming_it(tmp_path):
+    """The runner loads an action.yml with the same template reader: it fails the job there."""
+    runs = "runs:\n  using: composite\n  steps:\n    - run: echo ${{ inputs.x\n      shell: bash\n"
+    action = write(tmp_path, "name: act\n" + runs, "act/action.yml")
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    proc = dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert line.startswith(f"dry-run: bad input: action {action} holds an expression "), line
+    assert "that is not closed" in line and " at line 5 " in line, line

@@ -21,7 +21,8 @@ import math
 import re
 from typing import Any
 
-from gpuci.dryrun._expressions import EMBEDDED, to_text
+from gpuci.dryrun._embedded import Span
+from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, to_text
 from gpuci.errors import InputError
 
 _MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
@@ -217,14 +218,20 @@ def whole_reference(text: str) -> str | None:
 
 
 def substitute(text: str, leg: Leg) -> str:
-    """Replace each whole ``${{ matrix.<key> }}`` the leg defines; leave anything else."""
+    """Replace each whole ``${{ matrix.<key> }}`` the leg defines; leave anything else, and
+    what a quoted string holds (``${{ format('${{ matrix.x }}') }}`` is that text, as in
+    GitHub: the expressions are found as its reader finds them)."""
 
-    def one(match: re.Match[str]) -> str:
-        key = match.group(1)
+    def one(span: Span) -> str:
+        match = _MATRIX_REF.fullmatch(span.group(0))
+        key = match.group(1) if match else ""
         return (
             to_text(leg[key])
             if key in leg and not isinstance(leg[key], dict | list)
-            else (match.group(0))
+            else span.group(0)
         )
 
-    return _MATRIX_REF.sub(one, text)
+    try:
+        return EMBEDDED.sub(one, text)
+    except ExpressionError:  # not closed: the file was refused when read (GitHub refuses it)
+        return text
