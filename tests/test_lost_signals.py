@@ -85,3 +85,27 @@ def test_what_is_not_a_signal_goes_to_the_hook_that_was_there(monkeypatch):
     assert ref() is None
     assert [type(e) for e in heard] == [ValueError]
     assert sys.unraisablehook is hook
+
+
+def test_a_signal_that_comes_back_while_the_hook_still_sends_it_is_sent_again(monkeypatch):
+    """On a busy machine the helper's 10 ms ran out before the hook had seen it start: the
+    handler raised inside the hook, where Python swallowed the Ctrl-C once more (fresh62)."""
+    from gpuci import lost_signals
+
+    send, delays = lost_signals._send_later, []
+
+    def landing_inside_the_hook(signum: int, delay: float = lost_signals.AGAIN_AFTER_S) -> None:
+        delays.append(delay)
+        if len(delays) == 1:
+            raise KeyboardInterrupt  # the re-sent signal, handled before the hook returned
+        send(signum, delay)
+
+    monkeypatch.setattr(lost_signals, "_send_later", landing_inside_the_hook)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt), redelivered(interrupt_signum):
+            _signal_inside_a_finalizer(signal.SIGINT)
+            _spin()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert delays == [lost_signals.AGAIN_AFTER_S, 2 * lost_signals.AGAIN_AFTER_S]

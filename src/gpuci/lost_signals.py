@@ -12,7 +12,8 @@ tests/test_lost_signals.py).
 its signal sent to the main thread again :data:`AGAIN_AFTER_S` later, from a helper thread:
 sent from the hook itself, the handler would run inside the hook, where Python swallows it
 once more. Once the main thread has left the finalizer, the handler raises where it can be
-heard (in another finalizer, it is sent again, until one lands).
+heard (in another finalizer, it is sent again, until one lands; one that lands while the hook
+is still starting its helper, on a busy machine, is sent again later, the delay doubling).
 """
 
 from __future__ import annotations
@@ -53,7 +54,17 @@ def redelivered(signum_of: Callable[[BaseException], int | None]) -> Iterator[No
         if signum is None:
             previous(info)
             return
-        _send_later(signum)
+        delay = AGAIN_AFTER_S
+        while True:
+            try:
+                _send_later(signum, delay)
+                return
+            except BaseException as again:
+                # it came back while this hook still waited for its helper to start (a busy
+                # machine), and raised here, where Python would swallow it once more
+                if signum_of(again) != signum:
+                    raise
+                delay = min(2 * delay, 1.0)
 
     sys.unraisablehook = hook
     try:
@@ -62,14 +73,14 @@ def redelivered(signum_of: Callable[[BaseException], int | None]) -> Iterator[No
         sys.unraisablehook = previous
 
 
-def _send_later(signum: int) -> None:
-    """Send ``signum`` to the main thread from a helper thread, :data:`AGAIN_AFTER_S` from now."""
+def _send_later(signum: int, delay: float = AGAIN_AFTER_S) -> None:
+    """Send ``signum`` to the main thread from a helper thread, ``delay`` seconds from now."""
     import threading
 
     main = threading.main_thread().ident
     if main is None:
         return
-    again = threading.Timer(AGAIN_AFTER_S, signal.pthread_kill, (main, signum))
+    again = threading.Timer(delay, signal.pthread_kill, (main, signum))
     again.daemon = True
     again.name = "gpuci-signal-again"
     again.start()
