@@ -49,14 +49,15 @@ MODES = (
 class Rule:
     mode: str
     method: str = "*"
-    contains: str = ""
+    contains: str | tuple[str, ...] = ""  # a tuple: any of them
     limit: int = 0  # too-large: the server's body limit
     fired: int = 0
 
     def matches(self, method: str, target: str, length: int = 0) -> bool:
         if self.mode == "too-large" and length <= self.limit:
             return False
-        return self.method in ("*", method) and self.contains in target
+        wanted = (self.contains,) if isinstance(self.contains, str) else self.contains
+        return self.method in ("*", method) and any(part in target for part in wanted)
 
 
 class _Server:
