@@ -72,9 +72,11 @@ class _BoundedLoader(yaml.SafeLoader):
     """``SafeLoader`` that counts, while composing, each node's depth and the nodes an alias
     stands for: refused before anything walks the document."""
 
-    def __init__(self, stream: str, check: ScalarCheck | None = None) -> None:
+    def __init__(
+        self, stream: str, check: ScalarCheck | None = None, case_blind: bool = True
+    ) -> None:
         super().__init__(stream)
-        self._check = check
+        self._check, self._case_blind = check, case_blind
         self._level = 0  # the level of the node being composed (the document's root is 1)
         self._reach = 0  # the deepest level reached, aliases read in full
         self._nodes = 0  # nodes so far, aliases read in full
@@ -147,7 +149,9 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def compose_mapping_node(self, anchor: Any) -> MappingNode:
         node = super().compose_mapping_node(anchor)
-        _refuse_duplicate_keys(node)  # as written: construction merges (``<<``) into it
+        _refuse_duplicate_keys(
+            node, self._case_blind
+        )  # as written: construction merges (``<<``) into it
         node.tag = f"{_CORE}map"  # GitHub reads a mapping's tag (``!!set``, ``!foo``) as none
         return node
 
@@ -266,18 +270,19 @@ def _refuse_tagged(node: ScalarNode) -> None:
         )
 
 
-def _refuse_duplicate_keys(node: MappingNode) -> None:
+def _refuse_duplicate_keys(node: MappingNode, case_blind: bool = True) -> None:
     """GitHub refuses a mapping that names a key twice; PyYAML would keep the last silently.
     Keys compare as GitHub's ``TemplateReader`` compares them: as text (a number as its G15
     text, so ``0x10`` is ``16``; ``true``, ``TRUE``), case-blind (``OrdinalIgnoreCase``:
     ``env: {A: 1, a: 2}`` fails the run); a merge (``<<``) may repeat a key, as merging is
-    meant to."""
+    meant to. Not ``case_blind``: keys compare as written (a file of gpu-ci's own, whose
+    reader names case-blind clashes itself)."""
     seen: dict[str, str] = {}
     for key, _ in node.value:
         if not isinstance(key, ScalarNode) or key.tag == "tag:yaml.org,2002:merge":
             continue
         text = _key_text(key)
-        folded = fold(text)
+        folded = fold(text) if case_blind else text
         if folded in seen:
             raise DuplicateKey(text, seen[folded], key.start_mark)
         seen[folded] = text
@@ -309,10 +314,11 @@ def _key_text(key: ScalarNode) -> str:
     return format(number, ".15g").replace("e", "E")
 
 
-def load(text: str, check: ScalarCheck | None = None) -> Any:
+def load(text: str, check: ScalarCheck | None = None, case_blind: bool = True) -> Any:
     """The document in ``text``; :class:`Refused` past GitHub's bounds (or where ``check``
-    refuses a text), another ``yaml.YAMLError`` when it is no YAML."""
-    loader = _BoundedLoader(text, check)
+    refuses a text; ``case_blind``: keys that differ only in case are one key twice, as GitHub
+    reads its files), another ``yaml.YAMLError`` when it is no YAML."""
+    loader = _BoundedLoader(text, check, case_blind)
     try:
         return loader.get_single_data()
     finally:

@@ -192,7 +192,7 @@ def load(value: str | None, cwd: Path | None = None) -> Budgets:
     hint = "fix the file; see docs/pods.md for the format"
     text = untrusted_json.read_input(path, "budgets file", hint, MAX_FILE)
     try:  # the one bounded reader: no key twice, no alias bomb, no nesting past its bound
-        data = untrusted_yaml.load(text)
+        data = untrusted_yaml.load(text, case_blind=False)  # owners' case: named below
     except untrusted_yaml.Refused as exc:
         raise InputError(f"budgets file {path} is not usable: {exc.problem}", hint=hint) from None
     except yaml.YAMLError as exc:
