@@ -60,7 +60,9 @@ def test_a_second_signal_after_the_cancel_landed_is_still_only_noted():
     assert (guard.signum, guard.later) == (signal.SIGINT, [signal.SIGTERM])
 
 
-def test_a_ctrl_c_swallowed_by_a_finalizer_is_raised_again():
+def _ctrl_c_swallowed_then_raised_again() -> None:
+    """A Ctrl-C swallowed inside a finalizer, under Python's own SIGINT handler (the CLI's):
+    KeyboardInterrupt raised again outside it."""
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(KeyboardInterrupt), redelivered(interrupt_signum):
@@ -68,6 +70,10 @@ def test_a_ctrl_c_swallowed_by_a_finalizer_is_raised_again():
             _spin()
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def test_a_ctrl_c_swallowed_by_a_finalizer_is_raised_again():
+    _ctrl_c_swallowed_then_raised_again()
 
 
 def test_what_is_not_a_signal_goes_to_the_hook_that_was_there(monkeypatch):
@@ -101,11 +107,5 @@ def test_a_signal_that_comes_back_while_the_hook_still_sends_it_is_sent_again(mo
         send(signum, delay)
 
     monkeypatch.setattr(lost_signals, "_send_later", landing_inside_the_hook)
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        with pytest.raises(KeyboardInterrupt), redelivered(interrupt_signum):
-            _signal_inside_a_finalizer(signal.SIGINT)
-            _spin()
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    _ctrl_c_swallowed_then_raised_again()
     assert delays == [lost_signals.AGAIN_AFTER_S, 2 * lost_signals.AGAIN_AFTER_S]
