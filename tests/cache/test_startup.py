@@ -52,6 +52,7 @@ NOT_LOADED = (
     # issue 33: a probe name needs no uuid (which imports platform and its nine regexes)
     "uuid",
     "platform",
+    "gpuci.cache._format.hf",  # layout: hf only
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),
 # starts no thread and removes no folder.

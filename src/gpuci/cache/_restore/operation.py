@@ -17,8 +17,8 @@ from typing import Any, Literal
 from gpuci import journal
 from gpuci.cache import _layout as layout
 from gpuci.cache._common import plan_store, store_url
-from gpuci.cache._format import hf, refs
 from gpuci.cache._format import manifest as mf
+from gpuci.cache._format import refs
 from gpuci.cache._format.refs import fetch_by_digest, fetch_manifest
 from gpuci.cache._format.select import select, unmatched
 from gpuci.cache._restore.place import Moved, read_entry, restore_tree
@@ -214,10 +214,12 @@ def _lookup(req: Request, warnings: list[tuple[str, str]]) -> Match | None:
         by_key = _find_by_key(req, warnings)
         if by_key is not None:
             found, whole, manifest_bytes = by_key
-    hf_layout = whole is not None and inp.layout == "hf"
-    if whole is not None and hf_layout and (other := hf.foreign_folder(whole, inp.hf_repo)):
-        _foreign_repo(warnings, found, other, inp)
-        found = None
+    if whole is not None and inp.layout == "hf":
+        from gpuci.cache._format import hf  # for layout: hf only; a plain restore skips it
+
+        if other := hf.foreign_folder(whole, inp.hf_repo):
+            _foreign_repo(warnings, found, other, inp)
+            found = None
     if found is None:
         return None
     assert whole is not None
@@ -356,6 +358,8 @@ def _foreign_repo(
 ) -> None:
     """A match saved for another Hugging Face repo: exit 2 for the key itself, a miss for a
     restore-keys prefix (another repo's weights are never a start for this one)."""
+    from gpuci.cache._format import hf
+
     ref, exact = found
     wanted = hf.repo_folder(inp.hf_repo)
     if exact:
@@ -374,6 +378,8 @@ def _foreign_repo(
 def _target_paths(inp: RestoreInputs, rt: Runtime) -> list[str]:
     """The folders to restore into: ``path``, or the hub cache folder for ``layout: hf``."""
     if inp.layout == "hf":
+        from gpuci.cache._format import hf
+
         return hf.paths(inp.hf_repo, inp.path, rt.environ)
     paths = inp.path
     if not paths:
@@ -385,6 +391,8 @@ def _pick(store: Store, manifest: mf.Manifest, inp: RestoreInputs) -> mf.Manifes
     """Apply hf-revision, then include/exclude: the part of the tree this restore wants."""
     revision = inp.hf_revision.strip()
     if inp.layout == "hf" and revision:
+        from gpuci.cache._format import hf
+
         commit = revision
         for entry in manifest.files:
             if entry.path == f"refs/{revision}" and 0 < entry.size <= 4096:
