@@ -93,8 +93,9 @@ def test_what_github_would_refuse_is_an_error() -> None:
     for bad in ("nope.x", "hashFiles('a')", "env.MEM ==", "a b", "fromJSON('{')"):
         with pytest.raises(ExpressionError):
             evaluate(bad, CTX, ok)
-    with pytest.raises(ExpressionError):
-        condition("x ${{ true }}", CTX, ok)
+    with pytest.raises(ExpressionError):  # not closed: GitHub fails the file
+        condition("x ${{ true", CTX, ok)
+    assert condition("x ${{ false }}", CTX, ok) is True  # text around: 'x false', not refused
 
 
 def test_an_object_filter_maps_a_property_over_the_items():
@@ -343,5 +344,43 @@ def test_if_is_one_expression_only_when_its_braces_are_outside_strings() -> None
     assert condition_expression("${{ '}}' == '}}' }}") == "success() && ( '}}' == '}}' )"
     assert condition("${{ '}}' == '}}' }}", CTX, ok) is True
     # two expressions are not one, though the text starts with ${{ and ends with }}
-    with pytest.raises(ExpressionError, match="mixes"):
-        condition_expression("${{ true }} && ${{ false }}")
+    expr = condition_expression("${{ true }} && ${{ false }}")
+    assert expr == "success() && (format('{0} && {1}',  true ,  false ))"
+
+
+def failed(name: str) -> bool:
+    """The status functions after an earlier step failed."""
+    return name in ("failure", "always")
+
+
+@pytest.mark.parametrize(
+    ("text", "after_success", "after_failure"),
+    [
+        ("${{ false }} && false", True, False),  # format('{0} && false', false): 'false && false'
+        ("success() && ${{ false }}", True, False),  # its success() is text, not a call
+        ("${{ always() }} && false", True, True),  # always() inside: no success() is added
+        ("${{ false }}\n", True, False),  # ``if: |`` keeps the newline: text around it
+        (" ${{ false }}", True, False),  # a quoted value keeps its spaces
+        ("${{ '' }}${{ '' }}", False, False),  # the text format() makes is empty: false
+        ("${{ 'false' }}", False, False),  # one literal: its text is the condition
+        ("${{ 'always()' }}", True, True),
+        ("${{ '' }}", True, False),  # a blank condition is success()
+        ("", True, False),
+        ("${{ false }}", False, False),
+    ],
+)
+def test_an_if_with_text_around_its_expression_is_the_text_github_makes(
+    text, after_success, after_failure
+) -> None:
+    """GitHub's TemplateReader makes ``format()`` of an ``if:`` with text around a ``${{ }}``,
+    and its workflow converter reads the result as the condition: a string, true when not
+    empty (``${{ false }} && false`` runs). The plan refused such an ``if:``, leaving the step
+    'conditional'; a lone literal (``${{ 'false' }}``) it read as a truthy string."""
+    assert condition(text, CTX, ok) is after_success
+    assert condition(text, CTX, failed) is after_failure
+
+
+def test_text_around_an_if_expression_keeps_its_quotes_and_braces() -> None:
+    expr = condition_expression("it's {x}: ${{ env.MEM }}")
+    assert expr == "success() && (format('it''s {{x}}: {0}',  env.MEM ))"
+    assert evaluate(expr, CTX, ok) == "it's {x}: 10"

@@ -67,8 +67,35 @@ def test_a_composite_action_that_uses_itself_is_bad_input(tmp_path):
         proc = dry_run(tmp_path, _job_using(tmp_path, action), "--json", cwd=tmp_path)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         bad = "\n".join(s["detail"] for s in steps_of(proc) if s["verdict"] == "bad-input")
-        assert f"uses itself ({chain}): the runner fails the job" in bad, proc.stdout
+        assert f"uses itself ({chain}): the runner prepares a local action" in bad, proc.stdout
+        assert "the nesting never ends" in bad and "fails the job" not in bad
         assert len(steps_of(proc)) <= 5  # checkout, the action, its steps: no more
+
+
+def test_local_composite_actions_are_planned_as_deep_as_the_runner_nests_any(tmp_path):
+    """The runner fails a tree of downloaded composite actions whose steps lie deeper than 9
+    (``Constants.CompositeActionsMaxDepth``: a job's steps are depth 0, so 9 actions nest); a
+    local one it prepares only when its step runs, depth 1 again, so it sets no limit on a chain
+    of local ones. The plan stopped at 8 and listed the 9th as not judged: it plans 9, and the
+    10th is left to the run, never bad input; a cycle there is still bad input (it never ends),
+    where the depth check came first."""
+    for level in range(1, 10):
+        _action(tmp_path, f"a{level}", f"./a{level + 1}")
+    write(tmp_path, "runs:\n  using: composite\n  steps:\n    - run: echo\n", "a10/action.yml")
+    steps = steps_of(dry_run(tmp_path, _job_using(tmp_path, "./a1"), "--json", cwd=tmp_path))
+    verdicts = {str(s["index"]): (s["verdict"], s["detail"]) for s in steps}
+    ninth = ".".join(["2"] + ["1"] * 8)  # the 9th action: its own step (./a10) is planned
+    assert verdicts[ninth][1].startswith("local composite action ./a9: "), verdicts
+    verdict, detail = verdicts[f"{ninth}.1"]  # ./a10, the 10th nested: left to the run
+    assert verdict == "other-action", verdicts
+    assert "./a10 is the 10th composite action nested here: not planned" in detail
+    assert "its limit of 9 levels covers only the actions it downloads" in detail
+    assert f"{ninth}.1.1" not in verdicts
+    assert not [s for s in steps if s["verdict"] == "bad-input"]
+    _action(tmp_path, "a9", "./a1")  # a cycle at that depth still never ends: bad input
+    proc = dry_run(tmp_path, _job_using(tmp_path, "./a1"), "--json", cwd=tmp_path)
+    bad = {str(s["index"]): s["detail"] for s in steps_of(proc) if s["verdict"] == "bad-input"}
+    assert proc.returncode == 2 and "./a1 uses itself (./a1 -> " in bad[f"{ninth}.1"], bad
 
 
 def _plan(wf: Path) -> None:
@@ -90,7 +117,7 @@ def test_a_plan_past_its_count_ends_in_one_line(tmp_path, monkeypatch):
     line = caught.value.one_line()
     assert line.startswith("dry-run stopped at job j step 2.1.")
     assert "over 50 jobs, matrix legs, steps and KiB of local reusable workflows and" in line
-    assert "composite actions nest at most 10 levels" in line
+    assert "composite actions a job downloads nest at most 9 levels" in line
     assert "plan one job with --job" in line
 
 

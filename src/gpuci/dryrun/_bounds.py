@@ -4,8 +4,9 @@ A pull request writes the workflow, and the plan expands what it calls: a 284-by
 six jobs each call itself, or an action whose eight steps each use itself, would be planned
 millions of times (``MAX_DEPTH`` bounds the nesting, not the breadth). GitHub never runs either:
 a reusable workflow nests at most ten levels (four on GitHub Enterprise Server) and a workflow
-file calls at most 50 unique reusable workflows (20 on GHES); a composite action nests at most
-ten levels, and the runner fails the job at "Set up job" past that. So a workflow or action
+file calls at most 50 unique reusable workflows (20 on GHES); the runner fails a job whose
+downloaded composite actions nest past :data:`MAX_ACTION_DEPTH`, and a local composite action
+that uses itself, prepared afresh each time its step runs, never ends. So a workflow or action
 already being planned (a cycle) is bad input, and one count of the jobs, matrix legs and steps
 planned ends the plan with one line past :data:`MAX_PLANNED`. Each call of a local workflow or
 action counts its size too (planning it walks all of it again: its ``env``, its inputs), and
@@ -32,7 +33,17 @@ from typing import Any
 from gpuci.dryrun._values import ExpressionError
 from gpuci.errors import InputError
 
-__all__ = ["KEY_COST", "MAX_JOBS", "MAX_PLANNED", "Budget", "PlanBounds", "cycle_detail", "spend"]
+__all__ = [
+    "KEY_COST",
+    "MAX_ACTION_DEPTH",
+    "MAX_JOBS",
+    "MAX_PLANNED",
+    "Budget",
+    "PlanBounds",
+    "cycle_detail",
+    "spend",
+    "too_deep",
+]
 
 # Jobs, matrix legs, steps and KiB of called workflows and actions one dry run plans. GitHub sets
 # no such count; a 256-leg matrix (GitHub's most) of 18-step jobs fits, and judging 5,000 gpu-ci
@@ -41,14 +52,21 @@ MAX_PLANNED = 5_000
 # Jobs in one workflow file. GitHub documents no count of jobs (only 256 legs per matrix and a
 # 500 KB file): 1,000 is past any real workflow and keeps the needs order and the plan bounded.
 MAX_JOBS = 1_000
+# Composite actions planned inside one another: the runner's ``CompositeActionsMaxDepth``
+# (actions/runner ActionManager: a job's steps are depth 0, each composite action's steps one
+# deeper, and past 9 "Composite action depth exceeded max depth 9" fails the job at "Set up
+# job"). That walk covers the actions it downloads; a local one it prepares only when its step
+# runs, depth 1 again, so a chain of local ones has no limit: past this the plan leaves the
+# action to the run (:func:`too_deep`), never bad input.
+MAX_ACTION_DEPTH = 9
 
 Loaded = tuple[Path, dict[str, Any]]  # (the file or the action's folder, what it holds)
 Loader = Callable[[Path, str], Loaded | None]  # load_local_workflow, load_local_action
 
 _NESTING = (
     "GitHub nests reusable workflows at most 10 levels (4 on GitHub Enterprise Server), a "
-    "workflow calls at most 50 unique ones (20 on GHES) and composite actions nest at most 10 "
-    "levels"
+    "workflow calls at most 50 unique ones (20 on GHES) and the composite actions a job "
+    f"downloads nest at most {MAX_ACTION_DEPTH} levels"
 )
 
 
@@ -128,8 +146,19 @@ def cycle_detail(kind: str, named: str, chain: str) -> str:
             "break the cycle"
         )
     return (
-        f"composite action {named} uses itself ({chain}): the runner fails the job at 'Set up "
-        "job' (composite actions nest at most 10 levels); break the cycle"
+        f"composite action {named} uses itself ({chain}): the runner prepares a local action "
+        "each time its step runs, so the nesting never ends (its limit of "
+        f"{MAX_ACTION_DEPTH} levels covers only the actions it downloads); break the cycle"
+    )
+
+
+def too_deep(uses: str) -> str:
+    """Why a local composite action nested past :data:`MAX_ACTION_DEPTH` is not planned: the
+    runner runs it, so the plan names its own bound, not a failure."""
+    return (
+        f"{uses} is the {MAX_ACTION_DEPTH + 1}th composite action nested here: not planned "
+        f"(not judged; the runner runs it: its limit of {MAX_ACTION_DEPTH} levels covers only "
+        "the actions it downloads, not local ones)"
     )
 
 

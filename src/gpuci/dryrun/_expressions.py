@@ -28,7 +28,7 @@ from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.dryrun._bounds import KEY_COST, spend
-from gpuci.dryrun._embedded import EMBEDDED, Span
+from gpuci.dryrun._embedded import EMBEDDED, OPEN, Span, spans
 from gpuci.dryrun._values import (
     NET_WHITE,
     ExpressionError,
@@ -88,6 +88,7 @@ _DOT_NUMBER = re.compile(rf"{_WHITE}*(?P<num>\.[^{NET_WHITE}()\[\],!<>=&|]*)")
 _BEFORE_NUMBER = frozenset({",", "(", "[", "!", "==", "!=", "<", "<=", ">", ">=", "&&", "||"})
 KEYWORD_NUMBERS = {"NaN": math.nan, "Infinity": math.inf}
 STATUS_FUNCTIONS = ("success", "failure", "always", "cancelled")
+_LITERAL = re.compile(r"'((?:[^']|'')*)'")  # one string literal: GitHub reads an if: of its text
 
 
 Status = Callable[[str], "bool | Unknown"]
@@ -496,16 +497,44 @@ def condition_expression(text: str | bool | None) -> str:
         return "success() && true" if text else "success() && false"
     if isinstance(text, int | float):
         text = to_text(text)
-    expr = str(text).strip(NET_WHITE)
-    whole = EMBEDDED.fullmatch(expr)
-    if whole:
-        expr = whole.group(1)
-    elif "${{" in expr:
-        raise ExpressionError(f"if: mixes text and expressions: {text!r}")
+    expr = str(text)
+    expr = _template(expr) if OPEN in expr else _blank(expr.strip(NET_WHITE))
     names = {tok[1].lower() for tok in tokenize(expr) if tok[0] == "name"}
     if not names & set(STATUS_FUNCTIONS):
         expr = f"success() && ({expr})"
     return expr
+
+
+def _template(text: str) -> str:
+    """An ``if:`` holding ``${{``, as GitHub's TemplateReader makes it (``ParseScalar``; the
+    workflow converter then reads the result as the condition): one ``${{ }}`` that is all of it
+    is its expression, or the text of a ``'...'`` literal it holds (``${{ 'false' }}`` is the
+    condition ``false``); with any text around, untrimmed (``|`` adds a newline), it is
+    ``format()`` of the text and each expression: a string, true when not empty, so
+    ``${{ false }} && false`` holds after success. ExpressionError for a ``${{`` not closed."""
+    found = list(spans(text))
+    if len(found) == 1 and found[0].start == 0 and found[0].end == len(text):
+        inner = found[0].group(1)
+        literal = _LITERAL.fullmatch(inner.strip(NET_WHITE))
+        return _blank(literal.group(1).replace("''", "'")) if literal else inner
+    pieces: list[str] = []
+    args: list[str] = []
+    start = 0
+    for span in found:
+        pieces += (_format_text(text[start : span.start]), f"{{{len(args)}}}")
+        args.append(f", {span.group(1)}")
+        start = span.end
+    return f"format('{''.join(pieces)}{_format_text(text[start:])}'{''.join(args)})"
+
+
+def _blank(condition: str) -> str:
+    """A condition GitHub reads as ``success()`` when it is blank (``if: ''``)."""
+    return condition if condition.strip(NET_WHITE) else "success()"
+
+
+def _format_text(text: str) -> str:
+    """``text`` inside a format() string: quotes doubled, braces escaped, as GitHub does."""
+    return text.replace("'", "''").replace("{", "{{").replace("}", "}}")
 
 
 def condition(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci.dryrun._bounds import Budget, PlanBounds, cycle_detail
+from gpuci.dryrun._bounds import MAX_ACTION_DEPTH, Budget, PlanBounds, cycle_detail, too_deep
 from gpuci.dryrun._calls import (
     missing_paths_of,
 )
@@ -81,7 +81,7 @@ from gpuci.runtime import Runtime
 
 __all__ = ["MAX_DEPTH", "JobState", "Planner"]
 
-MAX_DEPTH = 8  # composite actions inside composite actions: GitHub allows 10 levels
+MAX_DEPTH = 8  # local reusable workflows planned inside one another (GitHub allows 10 levels)
 UNRESOLVED_MATRIX = "its matrix is built at run time: judged once, with matrix.* unresolved"
 
 
@@ -514,13 +514,16 @@ class Planner:
         folder, action = found
         runs = mapping(action.get("runs"))
         using = text_of(runs.get("using"))
-        if using.lower() != "composite" or depth >= MAX_DEPTH:  # the runner: case-blind
+        if using.lower() != "composite":  # the runner: case-blind
             plan.verdict = "other-action"
             plan.detail = f"local {using or 'unknown'} action {plan.uses} (not judged)"
             return plan
         chain = self.bounds.cycle(folder, plan.uses)
         if chain is not None:
             plan.verdict, plan.detail = "bad-input", cycle_detail("action", plan.uses, chain)
+            return plan
+        if depth >= MAX_ACTION_DEPTH:  # a cycle is bad input at any depth: it never ends
+            plan.verdict, plan.detail = "other-action", too_deep(plan.uses)
             return plan
         with_ = mapping(step.get("with"))
         declared = mapping(action.get("inputs"))
