@@ -29,10 +29,11 @@ day (:func:`due`).
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +56,7 @@ from gpuci.pods._budgets.ledger import (
 )
 from gpuci.pods._budgets.policy import MAX_ADMITTED_PERIOD_S
 from gpuci.pods._budgets.records import MAX_OBJECT, _decode
-from gpuci.units import utc_iso
+from gpuci.units import parse_iso, utc_iso
 
 #: How far back the ledger can be asked about: the longest budget period and two days
 #: (billing starts at the midnight before the period; runners' clocks differ).
@@ -164,33 +165,62 @@ def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], boo
     return found, more
 
 
-def due(book: Ledger, now: float) -> float | None:
+def due(book: Ledger, now: float, warn: Callable[[str], None]) -> float | None:
     """The time to prune at if this is the day's first prune (a scheduled reap runs every few
     minutes; one prune a day keeps the ledger bounded), else None: it writes the day's marker,
-    create-if-absent, and deletes markers over a week old. The time is the earlier of ``now``
-    and the store's time of the marker: a runner whose clock runs years ahead would otherwise
-    put the horizon past every live reservation and every event still counted."""
-    marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
-    if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
+    create-if-absent. The time is the earlier of ``now`` and the store's time of the marker: a
+    runner whose clock runs years ahead would otherwise put the horizon past every live
+    reservation and every event still counted; and such a runner's day is the store's, or
+    it would prune at every reap. The store is untrusted: a marker written (store time)
+    before its day began was planted, and is named in ``warn``, deleted, and the prune goes
+    on; markers planted for days to come would otherwise stop every prune until then."""
+    day = utc_iso(now)[:10]
+    if not _claim(book, day, now, warn):
         return None
-    try:
-        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
-    except ConflictError:
-        return None
-    written = book.store.head(marker)
+    written = book.store.head(f"{PRUNED}/{day}.json")
+    if written is None:
+        return None  # deleted at once: another reap judged it planted, and prunes itself
+    # UNKNOWN_MODIFIED (inf) and a NaN say nothing: ``now`` then
+    store = written.modified if math.isfinite(written.modified) else now
+    at = min(now, store)
+    if _day(at) != day:  # the runner's clock is ahead of the store's: its day decides
+        book.store.delete(f"{PRUNED}/{day}.json")
+        if not _claim(book, _day(at), now, warn):
+            return None
     found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
     for info in found:
         match = _MARKER.match(info.key)
-        if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
+        # over a week old, or dated past tomorrow by the store's time (never written so)
+        if match and not _day(at - 7 * 86400) <= match.group(1) <= _day(store + 86400):
             book.store.delete(info.key)
-    # UNKNOWN_MODIFIED (inf) and a NaN are not earlier: ``now`` then
-    return written.modified if written is not None and written.modified < now else now
+    return at
 
 
-def rearm(book: Ledger, now: float) -> None:
-    """Remove the day's marker, so the next reap prunes again: one cut short with progress
-    made (a first prune of a long-kept ledger takes several reaps, never one long one)."""
-    book.store.delete(f"{PRUNED}/{utc_iso(now)[:10]}.json")
+def _claim(book: Ledger, day: str, now: float, warn: Callable[[str], None]) -> bool:
+    """Whether this reap wrote ``day``'s marker (create-if-absent) after deleting a planted
+    one: False if that day's marker was written in its day (or at an unknown time)."""
+    marker = f"{PRUNED}/{day}.json"
+    found = book.store.head(marker)
+    if found is not None:  # the day's other reaps: one look, no write
+        if not found.modified < parse_iso(f"{day}T00:00:00Z"):
+            return False
+        warn(
+            f"pods ledger {book.where}: {marker} was written before its day began (store "
+            f"time {_when(found.modified)}): planted; deleted, and the day's prune goes on"
+        )
+        book.store.delete(marker)
+    try:
+        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
+    except ConflictError:
+        return False
+    return True
+
+
+def rearm(book: Ledger, at: float) -> None:
+    """Remove the marker :func:`due` returned ``at`` for, so the next reap prunes again: one
+    cut short with progress made (a first prune of a long-kept ledger takes several reaps,
+    never one long one)."""
+    book.store.delete(f"{PRUNED}/{_day(at)}.json")
 
 
 def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:
@@ -313,6 +343,21 @@ def _number(value: Any) -> bool:
 
 def _since(info: ObjectInfo, horizon: float) -> bool:
     return info.modified != UNKNOWN_MODIFIED and info.modified >= horizon
+
+
+def _day(when: float) -> str:
+    """The UTC day of ``when``; a time past year 9999 is after every day's name."""
+    try:
+        return utc_iso(when)[:10]
+    except (ValueError, OverflowError, OSError):
+        return "9999-12-31" if when > 0 else "0001-01-01"
+
+
+def _when(when: float) -> str:
+    try:
+        return utc_iso(when)
+    except (ValueError, OverflowError, OSError):
+        return f"{when:g}"
 
 
 def _time(key: str) -> float:
