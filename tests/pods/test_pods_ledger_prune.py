@@ -439,3 +439,35 @@ def test_a_lone_release_takes_its_number_so_the_next_reservation_is_counted(book
     assert made.key.endswith("0000000001.json")
     live, _, _ = book.reservations("alice")
     assert [r.key for r in live] == [made.key]  # counted, not released by the stray
+
+
+def test_a_lone_release_the_store_wrote_before_the_horizon_goes_and_frees_its_number(book):
+    """A sweep's release written after a prune deleted its reservation took its number for
+    ever; one the store says is recent, one not gpu-ci's shape, and one with its reservation
+    stay."""
+    stray = _reservation(book, 0, OLD, "pod-gone", released=True)
+    book.store.delete(stray)
+    lone = stray.replace("reservations/", "releases/", 1)
+    odd = _put(book, lone.replace("0000000000", "0000000001"), {"released": "x" * 50})
+    paired = _reservation(book, 2, RECENT, "pod-live", released=True)
+    assert prune.prune(book, [], set(), time.time()).deleted == []  # recent, as the store says
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [lone] and done.reads == 1  # the paired reservation: none for lone
+    assert {odd, paired, paired.replace("reservations/", "releases/", 1)} <= _keys(book)
+    assert odd in book.skipped
+    made = book.reserve("alice", NOW, NOW + 3600, lambda reserved: 1.0)
+    assert made.key.endswith("0000000000.json")  # its number free again, and counted
+    live, _, _ = book.reservations("alice")
+    assert made.key in [r.key for r in live]
+
+
+def test_a_release_whose_reservation_a_cut_listing_missed_is_kept(book, monkeypatch):
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    for seq in range(3):
+        _reservation(book, seq, RECENT, f"pod-{seq}", released=seq == 2)
+    book.release(f"{folder}/0000000005.json")  # lone
+    monkeypatch.setattr(prune, "MAX_PLANNED", 2)  # reservations 0 and 1 listed, not 2
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [f"{folder.replace('reservations/', 'releases/', 1)}/0000000005.json"]
+    assert f"{folder.replace('reservations/', 'releases/', 1)}/0000000002.json" in _keys(book)
+    assert done.reads == 4  # 0 and 1 read; the reservations of 2 and 5 asked for

@@ -16,6 +16,9 @@ a subset of what may go, never anything else):
   written before it (the others are never read: each prune reads only what may go), and that
   no pod RunPod lists (any status) was made for, with its release deleted first (a release
   left behind would release the next reservation written at that free number);
+- a release of no reservation (an ``up``'s sweep released one a prune deleted meanwhile), of
+  gpu-ci's shape, listed as written before the horizon (its name holds no time): it took its
+  number for ever, and no reservation is written at a number one takes;
 - the events of a pod RunPod does not list, that billed nothing since the horizon, and whose
   every event is from before it (by its name and its ``time``); and events of no pod
   (``budget-refused``, under ``_``) from before it.
@@ -225,7 +228,7 @@ def rearm(book: Ledger, at: float) -> None:
 
 def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:
     """Release then reservation keys of the reservations past the horizon (see the module)."""
-    infos, _ = _listed(book, RESERVATIONS, out)
+    infos, more = _listed(book, RESERVATIONS, out)
     listed, cut = _listed(book, RELEASES, out)
     releases = {i.key for i in listed}
     for info in infos:
@@ -256,6 +259,35 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
             continue
         plan += ([release] if size is not None else []) + [key]
         out.planned[key] = item
+    return plan + _lone(book, horizon, {i.key for i in infos}, listed, more, out)
+
+
+def _lone(
+    book: Ledger,
+    horizon: float,
+    reservations: set[str],
+    releases: list[ObjectInfo],
+    more: bool,
+    out: Pruned,
+) -> list[str]:
+    """Releases of no reservation (a sweep's, written after a prune deleted its reservation)
+    that the store says were written before the horizon: each would take its number for ever.
+    No ``up`` writes at a number a release takes, so none of those is written meanwhile;
+    with ``reservations`` cut short, each one's reservation is asked for (a read)."""
+    plan = []
+    for info in releases:
+        res = info.key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
+        if res in reservations or not _RESERVATION.match(res) or _since(info, horizon):
+            continue
+        if info.size != len(_release_bytes(info.key)):
+            book.skipped[info.key] = "not a release gpu-ci wrote"
+            continue
+        if more:  # its reservation may be past the listing's cap
+            if not out.take([res], MAX_READS // 2):
+                break
+            if book.store.head(res) is not None:
+                continue
+        plan.append(info.key)
     return plan
 
 
