@@ -16,6 +16,7 @@ from pods_testing import L40S, ledger_folder, plant
 
 from gpuci.cache._stores.file import LocalStore
 from gpuci.pods._budgets import ledger, prune
+from gpuci.units import utc_iso
 
 NOW = 2_000_000_000.0
 OLD = NOW - 400 * 86400  # before the horizon (368 days)
@@ -200,13 +201,61 @@ def test_a_reservation_the_store_says_was_written_inside_the_horizon_is_kept_unr
     assert done.deleted == [] and done.reads == 0 and key in _keys(book)
 
 
+def _marker(when: float) -> str:
+    return f"{prune.PRUNED}/{utc_iso(when)[:10]}.json"
+
+
+def _markers(book: ledger.Ledger) -> set[str]:
+    return {k for k in _keys(book) if k.startswith(f"{prune.PRUNED}/")}
+
+
 def test_the_days_first_reap_prunes_and_markers_over_a_week_old_go(book):
-    old = _put(book, f"{prune.PRUNED}/2033-05-01.json", {})  # NOW is 2033-05-18
-    week = _put(book, f"{prune.PRUNED}/2033-05-12.json", {})
+    """By the store's day: a runner whose clock says tomorrow (ahead, or past midnight
+    first) claims no second prune of the store's day, and leaves no marker of its own."""
+    now, warned = time.time(), []
+    old = _put(book, _marker(now - 17 * 86400), {})
+    week = _put(book, _marker(now - 6 * 86400), {})
     odd = _put(book, f"{prune.PRUNED}/notes.txt", b"not a marker")
-    assert prune.due(book, NOW) and not prune.due(book, NOW + 60)
+    at = prune.due(book, now, warned.append)
+    assert at is not None and not prune.due(book, now + 60, warned.append)
     assert old not in _keys(book) and {week, odd} <= _keys(book)
-    assert prune.due(book, NOW + 86400)
+    assert prune.due(book, now + 86400, warned.append) is None
+    assert _markers(book) == {week, odd, _marker(at)} and warned == []
+
+
+def test_markers_planted_for_the_days_to_come_stop_no_prune(book):
+    """One marker a day for the days to come, planted today, stopped every prune until then
+    (each day's create-if-absent failed): the store wrote each before its day began."""
+    now, warned = time.time(), []
+    planted = [_put(book, _marker(now + d * 86400), {}) for d in range(1, 31)]
+    at = prune.due(book, now + 86400, warned.append)  # the runner's day is tomorrow
+    assert at is not None and at < now + 86400  # the store's time: its day, pruned
+    assert len(warned) == 1 and planted[0] in warned[0] and "planted" in warned[0]
+    assert _markers(book) == {_marker(at)}  # those past tomorrow (by the store) deleted
+    assert prune.due(book, now + 86400 + 60, warned.append) is None  # once a day still
+    assert len(warned) == 1
+
+
+def test_the_first_prune_deletes_markers_dated_past_tomorrow_and_keeps_tomorrows(book):
+    now, warned = time.time(), []
+    planted = [_put(book, _marker(now + d * 86400), {}) for d in (1, 2, 400, 4000)]
+    at = prune.due(book, now, warned.append)
+    assert at is not None and _markers(book) == {_marker(at), planted[0]} and warned == []
+
+
+def test_a_days_marker_the_store_wrote_before_that_day_is_planted(tmp_path):
+    """A folder store says when each file was written (a planted one, as if long ago); a
+    marker written in or after its day (a runner whose clock is behind) counts."""
+    book, warned = ledger.Ledger(LocalStore(tmp_path)), []
+    now = time.time() - 60  # the runner's clock, behind the store's
+    today = _put(book, _marker(now), {})
+    os.utime(tmp_path / today, (now - 3 * 86400, now - 3 * 86400))
+    assert prune.due(book, now, warned.append) == now  # the runner's clock: the earlier
+    assert len(warned) == 1 and today in warned[0] and _markers(book) == {today}
+    assert prune.due(book, now + 60, warned.append) is None  # written in its day: counts
+    late = _put(book, _marker(now - 2 * 86400), {})  # a runner two days behind, just now
+    assert prune.due(book, now - 2 * 86400, warned.append) is None
+    assert len(warned) == 1 and late in _keys(book)
 
 
 def test_deletes_stop_at_the_time_budget_and_say_the_next_reap_goes_on(book):
@@ -217,8 +266,14 @@ def test_deletes_stop_at_the_time_budget_and_say_the_next_reap_goes_on(book):
     assert prune.prune(book, [], set(), NOW, dry_run=True, seconds=0).deleted  # lists all
 
 
-def test_a_prune_cut_short_goes_on_at_the_days_next_reap(fake, run, tmp_path, clock, monkeypatch):
-    """A long-kept ledger's first prune takes several reaps, each short, not one long one."""
+@pytest.mark.parametrize("ahead", [False, True])
+def test_a_prune_cut_short_goes_on_at_the_days_next_reap(
+    fake, run, tmp_path, clock, monkeypatch, ahead
+):
+    """A long-kept ledger's first prune takes several reaps, each short, not one long one;
+    a runner whose clock is days ahead re-arms the store's day, the one it pruned."""
+    if ahead:
+        clock.t = time.time() + 3 * 86400
     old = clock.now() - 400 * 86400
     folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
     item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": old, "createdEpoch": old}
@@ -231,6 +286,22 @@ def test_a_prune_cut_short_goes_on_at_the_days_next_reap(fake, run, tmp_path, cl
     assert [len(r.json["report"]["ledger_prune"]["deleted"]) for r in (first, second)] == [1, 1]
     assert not list(folder.glob("000000000[01].json"))
     assert "ledger_prune" not in run("reap").json["report"]  # done: once a day again
+
+
+def test_a_reap_deletes_a_planted_marker_of_its_day_names_it_and_prunes(fake, run, tmp_path, clock):
+    old = clock.now() - 400 * 86400
+    folder = ledger_folder(tmp_path, ledger.RESERVATIONS)
+    item = {"owner": "alice", "costPerHr": 1.0, "untilEpoch": old, "createdEpoch": old}
+    plant(folder / "0000000000.json", {**item, "podName": "gone"})
+    os.utime(folder / "0000000000.json", (old, old))
+    marker = tmp_path / "ledger" / _marker(clock.now())
+    plant(marker, {"time": clock.now()})
+    os.utime(marker, (clock.now() - 30 * 86400, clock.now() - 30 * 86400))  # as if long ago
+    res = run("reap")
+    assert res.code == 0, res.stdout
+    assert len(res.json["report"]["ledger_prune"]["deleted"]) == 1
+    assert f"{_marker(clock.now())} was written before its day began" in res.stdout + res.stderr
+    assert "ledger_prune" not in run("reap").json["report"]  # its own marker counts
 
 
 @pytest.mark.parametrize("digits", ["1" + "0" * 350, "-" + "1" * 350])
@@ -368,3 +439,35 @@ def test_a_lone_release_takes_its_number_so_the_next_reservation_is_counted(book
     assert made.key.endswith("0000000001.json")
     live, _, _ = book.reservations("alice")
     assert [r.key for r in live] == [made.key]  # counted, not released by the stray
+
+
+def test_a_lone_release_the_store_wrote_before_the_horizon_goes_and_frees_its_number(book):
+    """A sweep's release written after a prune deleted its reservation took its number for
+    ever; one the store says is recent, one not gpu-ci's shape, and one with its reservation
+    stay."""
+    stray = _reservation(book, 0, OLD, "pod-gone", released=True)
+    book.store.delete(stray)
+    lone = stray.replace("reservations/", "releases/", 1)
+    odd = _put(book, lone.replace("0000000000", "0000000001"), {"released": "x" * 50})
+    paired = _reservation(book, 2, RECENT, "pod-live", released=True)
+    assert prune.prune(book, [], set(), time.time()).deleted == []  # recent, as the store says
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [lone] and done.reads == 1  # the paired reservation: none for lone
+    assert {odd, paired, paired.replace("reservations/", "releases/", 1)} <= _keys(book)
+    assert odd in book.skipped
+    made = book.reserve("alice", NOW, NOW + 3600, lambda reserved: 1.0)
+    assert made.key.endswith("0000000000.json")  # its number free again, and counted
+    live, _, _ = book.reservations("alice")
+    assert made.key in [r.key for r in live]
+
+
+def test_a_release_whose_reservation_a_cut_listing_missed_is_kept(book, monkeypatch):
+    folder = f"{ledger.RESERVATIONS}/{ledger.owner_key('alice')}"
+    for seq in range(3):
+        _reservation(book, seq, RECENT, f"pod-{seq}", released=seq == 2)
+    book.release(f"{folder}/0000000005.json")  # lone
+    monkeypatch.setattr(prune, "MAX_PLANNED", 2)  # reservations 0 and 1 listed, not 2
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == [f"{folder.replace('reservations/', 'releases/', 1)}/0000000005.json"]
+    assert f"{folder.replace('reservations/', 'releases/', 1)}/0000000002.json" in _keys(book)
+    assert done.reads == 4  # 0 and 1 read; the reservations of 2 and 5 asked for

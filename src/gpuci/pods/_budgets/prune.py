@@ -16,6 +16,9 @@ a subset of what may go, never anything else):
   written before it (the others are never read: each prune reads only what may go), and that
   no pod RunPod lists (any status) was made for, with its release deleted first (a release
   left behind would release the next reservation written at that free number);
+- a release of no reservation (an ``up``'s sweep released one a prune deleted meanwhile), of
+  gpu-ci's shape, listed as written before the horizon (its name holds no time): it took its
+  number for ever, and no reservation is written at a number one takes;
 - the events of a pod RunPod does not list, that billed nothing since the horizon, and whose
   every event is from before it (by its name and its ``time``); and events of no pod
   (``budget-refused``, under ``_``) from before it.
@@ -29,10 +32,11 @@ day (:func:`due`).
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +59,7 @@ from gpuci.pods._budgets.ledger import (
 )
 from gpuci.pods._budgets.policy import MAX_ADMITTED_PERIOD_S
 from gpuci.pods._budgets.records import MAX_OBJECT, _decode
-from gpuci.units import utc_iso
+from gpuci.units import parse_iso, utc_iso
 
 #: How far back the ledger can be asked about: the longest budget period and two days
 #: (billing starts at the midnight before the period; runners' clocks differ).
@@ -164,38 +168,67 @@ def _listed(book: Ledger, root: str, out: Pruned) -> tuple[list[ObjectInfo], boo
     return found, more
 
 
-def due(book: Ledger, now: float) -> float | None:
+def due(book: Ledger, now: float, warn: Callable[[str], None]) -> float | None:
     """The time to prune at if this is the day's first prune (a scheduled reap runs every few
     minutes; one prune a day keeps the ledger bounded), else None: it writes the day's marker,
-    create-if-absent, and deletes markers over a week old. The time is the earlier of ``now``
-    and the store's time of the marker: a runner whose clock runs years ahead would otherwise
-    put the horizon past every live reservation and every event still counted."""
-    marker = f"{PRUNED}/{utc_iso(now)[:10]}.json"
-    if book.store.head(marker) is not None:  # the day's other reaps: one look, no write
+    create-if-absent. The time is the earlier of ``now`` and the store's time of the marker: a
+    runner whose clock runs years ahead would otherwise put the horizon past every live
+    reservation and every event still counted; and such a runner's day is the store's, or
+    it would prune at every reap. The store is untrusted: a marker written (store time)
+    before its day began was planted, and is named in ``warn``, deleted, and the prune goes
+    on; markers planted for days to come would otherwise stop every prune until then."""
+    day = utc_iso(now)[:10]
+    if not _claim(book, day, now, warn):
         return None
-    try:
-        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
-    except ConflictError:
-        return None
-    written = book.store.head(marker)
+    written = book.store.head(f"{PRUNED}/{day}.json")
+    if written is None:
+        return None  # deleted at once: another reap judged it planted, and prunes itself
+    # UNKNOWN_MODIFIED (inf) and a NaN say nothing: ``now`` then
+    store = written.modified if math.isfinite(written.modified) else now
+    at = min(now, store)
+    if _day(at) != day:  # the runner's clock is ahead of the store's: its day decides
+        book.store.delete(f"{PRUNED}/{day}.json")
+        if not _claim(book, _day(at), now, warn):
+            return None
     found, _ = listing.listed(book.store, f"{PRUNED}/", 1_000)
     for info in found:
         match = _MARKER.match(info.key)
-        if match and match.group(1) < utc_iso(now - 7 * 86400)[:10]:
+        # over a week old, or dated past tomorrow by the store's time (never written so)
+        if match and not _day(at - 7 * 86400) <= match.group(1) <= _day(store + 86400):
             book.store.delete(info.key)
-    # UNKNOWN_MODIFIED (inf) and a NaN are not earlier: ``now`` then
-    return written.modified if written is not None and written.modified < now else now
+    return at
 
 
-def rearm(book: Ledger, now: float) -> None:
-    """Remove the day's marker, so the next reap prunes again: one cut short with progress
-    made (a first prune of a long-kept ledger takes several reaps, never one long one)."""
-    book.store.delete(f"{PRUNED}/{utc_iso(now)[:10]}.json")
+def _claim(book: Ledger, day: str, now: float, warn: Callable[[str], None]) -> bool:
+    """Whether this reap wrote ``day``'s marker (create-if-absent) after deleting a planted
+    one: False if that day's marker was written in its day (or at an unknown time)."""
+    marker = f"{PRUNED}/{day}.json"
+    found = book.store.head(marker)
+    if found is not None:  # the day's other reaps: one look, no write
+        if not found.modified < parse_iso(f"{day}T00:00:00Z"):
+            return False
+        warn(
+            f"pods ledger {book.where}: {marker} was written before its day began (store "
+            f"time {_when(found.modified)}): planted; deleted, and the day's prune goes on"
+        )
+        book.store.delete(marker)
+    try:
+        book.store.put_if_absent(marker, json.dumps({"time": now}).encode())
+    except ConflictError:
+        return False
+    return True
+
+
+def rearm(book: Ledger, at: float) -> None:
+    """Remove the marker :func:`due` returned ``at`` for, so the next reap prunes again: one
+    cut short with progress made (a first prune of a long-kept ledger takes several reaps,
+    never one long one)."""
+    book.store.delete(f"{PRUNED}/{_day(at)}.json")
 
 
 def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -> list[str]:
     """Release then reservation keys of the reservations past the horizon (see the module)."""
-    infos, _ = _listed(book, RESERVATIONS, out)
+    infos, more = _listed(book, RESERVATIONS, out)
     listed, cut = _listed(book, RELEASES, out)
     releases = {i.key for i in listed}
     for info in infos:
@@ -226,6 +259,35 @@ def _reservations(book: Ledger, horizon: float, names: list[str], out: Pruned) -
             continue
         plan += ([release] if size is not None else []) + [key]
         out.planned[key] = item
+    return plan + _lone(book, horizon, {i.key for i in infos}, listed, more, out)
+
+
+def _lone(
+    book: Ledger,
+    horizon: float,
+    reservations: set[str],
+    releases: list[ObjectInfo],
+    more: bool,
+    out: Pruned,
+) -> list[str]:
+    """Releases of no reservation (a sweep's, written after a prune deleted its reservation)
+    that the store says were written before the horizon: each would take its number for ever.
+    No ``up`` writes at a number a release takes, so none of those is written meanwhile;
+    with ``reservations`` cut short, each one's reservation is asked for (a read)."""
+    plan = []
+    for info in releases:
+        res = info.key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
+        if res in reservations or not _RESERVATION.match(res) or _since(info, horizon):
+            continue
+        if info.size != len(_release_bytes(info.key)):
+            book.skipped[info.key] = "not a release gpu-ci wrote"
+            continue
+        if more:  # its reservation may be past the listing's cap
+            if not out.take([res], MAX_READS // 2):
+                break
+            if book.store.head(res) is not None:
+                continue
+        plan.append(info.key)
     return plan
 
 
@@ -313,6 +375,21 @@ def _number(value: Any) -> bool:
 
 def _since(info: ObjectInfo, horizon: float) -> bool:
     return info.modified != UNKNOWN_MODIFIED and info.modified >= horizon
+
+
+def _day(when: float) -> str:
+    """The UTC day of ``when``; a time past year 9999 is after every day's name."""
+    try:
+        return utc_iso(when)[:10]
+    except (ValueError, OverflowError, OSError):
+        return "9999-12-31" if when > 0 else "0001-01-01"
+
+
+def _when(when: float) -> str:
+    try:
+        return utc_iso(when)
+    except (ValueError, OverflowError, OSError):
+        return f"{when:g}"
 
 
 def _time(key: str) -> float:

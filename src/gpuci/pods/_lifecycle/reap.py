@@ -229,14 +229,14 @@ def _prune_ledger(
     if book is None:
         return
     try:
-        at = now if rt.dry_run else prune.due(book, now)  # the store's time if earlier
+        at = now if rt.dry_run else prune.due(book, now, result.warning)  # store's if earlier
         if at is None:
             rt.log("pods ledger: pruned already today")
             return
         billed = _billed_quietly(client, billing_start(at, prune.HORIZON_S), at, rt)
         done = prune.prune(book, every, billed, at, rt.dry_run)
         if done.cut and done.deleted and not rt.dry_run:
-            prune.rearm(book, now)
+            prune.rearm(book, at)
     except (OSError, GpuciError) as exc:
         result.warning(f"pods ledger {book.where} not pruned: {exc}")
         return
