@@ -79,9 +79,8 @@ from gpuci.dryrun._workflow import (
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
 
-__all__ = ["MAX_DEPTH", "JobState", "Planner"]
+__all__ = ["JobState", "Planner"]
 
-MAX_DEPTH = 8  # local reusable workflows planned inside one another (GitHub allows 10 levels)
 UNRESOLVED_MATRIX = "its matrix is built at run time: judged once, with matrix.* unresolved"
 
 
@@ -255,7 +254,12 @@ class Planner:
         found = (
             self.bounds.read(load_local_workflow, self.workspace, local, where) if local else None
         )
-        if found is None or depth >= MAX_DEPTH:
+        refused = self.bounds.refusal(found[0] if found else None, uses, name, depth)
+        if refused is not None:  # GitHub does not start the run
+            self._job_line(name, f"uses {uses}: BAD INPUT: {refused[0]}")
+            self._job_verdict(name, uses, uses, "bad-input", refused[1])
+            return "failure"
+        if found is None:
             why = (
                 "not inspected: remote reusable workflow"
                 if not uses.startswith("./")
@@ -265,11 +269,6 @@ class Planner:
             self._job_verdict(name, uses, uses, "not-inspected", why)
             return Unknown(f"needs.{name}.result")
         path, called = found
-        chain = self.bounds.cycle(path, uses)
-        if chain is not None:
-            self._job_line(name, f"uses {uses}: BAD INPUT: a cycle ({chain})")
-            self._job_verdict(name, uses, uses, "bad-input", cycle_detail("workflow", uses, chain))
-            return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
             outcome, leg_outputs = self._call_leg(
