@@ -4,6 +4,7 @@ input, and one count of jobs and steps ends a plan that would expand past it, in
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,46 @@ def test_a_reusable_workflow_that_calls_itself_is_bad_input(tmp_path):
     chain = "./.github/workflows/x.yml -> ./.github/workflows/x.yml"
     assert f"reusable workflow ./.github/workflows/x.yml calls itself ({chain})" in detail
     assert "nest at most 10 levels" in detail
+
+
+def _chain(tmp_path: Path, called: int) -> Path:
+    """wf.yml calling w1.yml, each calling the next, ``called`` reusable workflows in all; the
+    last one's job runs a step."""
+    for level in range(1, called + 1):
+        job = (
+            f"    uses: ./.github/workflows/w{level + 1}.yml\n"
+            if level < called
+            else "    runs-on: x\n    steps:\n      - run: echo deepest\n"
+        )
+        write(
+            tmp_path, f"on: workflow_call\njobs:\n  j{level}:\n{job}", f"{WORKFLOWS}/w{level}.yml"
+        )
+    top = "on: push\njobs:\n  top:\n    uses: ./.github/workflows/w1.yml\n"
+    return write(tmp_path, top, f"{WORKFLOWS}/wf.yml")
+
+
+def test_reusable_workflows_are_planned_as_deep_as_github_nests_them(tmp_path):
+    """GitHub connects ten levels of workflows: the caller and nine called ones. The plan
+    stopped at eight, listing the ninth "not inspected" (as if remote or missing); a tenth is
+    refused by GitHub before the run starts, and the plan said "not inspected" too."""
+    proc = dry_run(tmp_path, _chain(tmp_path, 9), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    steps = steps_of(proc)
+    assert [(s["job"], s["verdict"]) for s in steps] == [
+        ("top/j1/j2/j3/j4/j5/j6/j7/j8/j9", "run")
+    ], steps
+    proc = dry_run(tmp_path, _chain(tmp_path, 10), "--json", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    ((job, verdict, detail),) = [(s["job"], s["verdict"], s["detail"]) for s in steps_of(proc)]
+    assert (job, verdict) == ("top/j1/j2/j3/j4/j5/j6/j7/j8/j9", "bad-input")  # in w9.yml
+    assert detail.startswith(
+        'GitHub refuses the run: job "j9" calls workflow "./.github/workflows/w10.yml", but '
+        "doing so would exceed the limit on called workflow depth of 9 (./.github/workflows/"
+        "wf.yml -> ./.github/workflows/w1.yml -> "
+    ), detail
+    assert "10 levels of workflows at most, the caller's included" in detail
+    line = f"job {job}: uses ./.github/workflows/w10.yml: BAD INPUT: {detail}"
+    assert line in json.loads(proc.stdout)["report"]["plan"]
 
 
 def _action(tmp_path: Path, name: str, *uses: str) -> None:

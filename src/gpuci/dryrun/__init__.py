@@ -77,6 +77,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
     )
     planner = Planner(rt, workspace, contexts, probe=probe, source=path)
     planner.workflow(workflow, wanted)
+    notes += planner.notes  # e.g. a job's if: that is a string, as GitHub reads it
     return result(path, planner.plans, wanted, rt, probe, notes, planner.transcript)
 
 

@@ -2,16 +2,16 @@
 
 A pull request writes the workflow, and the plan expands what it calls: a 284-byte workflow whose
 six jobs each call itself, or an action whose eight steps each use itself, would be planned
-millions of times (``MAX_DEPTH`` bounds the nesting, not the breadth). GitHub never runs either:
-a reusable workflow nests at most ten levels (four on GitHub Enterprise Server) and a workflow
-file calls at most 50 unique reusable workflows (20 on GHES); the runner fails a job whose
-downloaded composite actions nest past :data:`MAX_ACTION_DEPTH`, and a local composite action
-that uses itself, prepared afresh each time its step runs, never ends. So a workflow or action
-already being planned (a cycle) is bad input, and one count of the jobs, matrix legs and steps
-planned ends the plan with one line past :data:`MAX_PLANNED`. Each call of a local workflow or
-action counts its size too (planning it walks all of it again: its ``env``, its inputs), and
-each file is read and parsed once per plan: a 1 MiB workflow called by a thousand jobs took
-seconds a call.
+millions of times (:data:`MAX_DEPTH` bounds the nesting, not the breadth). GitHub never runs
+either: a reusable workflow nests at most ten levels (four on GitHub Enterprise Server) and a
+workflow file calls at most 50 unique reusable workflows (20 on GHES); the runner fails a job whose
+downloaded composite actions nest past :data:`MAX_ACTION_DEPTH`, and a local composite action that
+uses itself, prepared afresh each time its step runs, never ends. So a workflow or action already
+being planned (a cycle), or a workflow called inside nine others, is bad input, and one count of
+the jobs, matrix legs and steps planned ends the plan with one line past :data:`MAX_PLANNED`. Each
+call of a local workflow or action counts its size too (planning it walks all of it again: its
+``env``, its inputs), and each file is read and parsed once per plan: a 1 MiB workflow called by a
+thousand jobs took seconds a call.
 
 What one plan's expressions may scan, all of them together, is bounded too (:class:`Budget`).
 GitHub bounds each expression (21,000 characters, a result within 10 MiB:
@@ -36,6 +36,7 @@ from gpuci.errors import InputError
 __all__ = [
     "KEY_COST",
     "MAX_ACTION_DEPTH",
+    "MAX_DEPTH",
     "MAX_JOBS",
     "MAX_PLANNED",
     "Budget",
@@ -59,13 +60,18 @@ MAX_JOBS = 1_000
 # runs, depth 1 again, so a chain of local ones has no limit: past this the plan leaves the
 # action to the run (:func:`too_deep`), never bad input.
 MAX_ACTION_DEPTH = 9
+# Reusable workflows called inside one another: GitHub connects "a maximum of ten levels of
+# workflows", the top-level caller and up to nine called ones (four and three on GitHub Enterprise
+# Server), and refuses to start a run past that ("... would exceed the limit on called workflow
+# depth of 9"). So the plan plans nine, and a tenth call is bad input (:func:`workflow_too_deep`).
+MAX_DEPTH = 9
 
 Loaded = tuple[Path, dict[str, Any]]  # (the file or the action's folder, what it holds)
 Loader = Callable[[Path, str], Loaded | None]  # load_local_workflow, load_local_action
 
 _NESTING = (
-    "GitHub nests reusable workflows at most 10 levels (4 on GitHub Enterprise Server), a "
-    "workflow calls at most 50 unique ones (20 on GHES) and the composite actions a job "
+    f"GitHub nests reusable workflows at most {MAX_DEPTH + 1} levels (4 on GitHub Enterprise "
+    "Server), a workflow calls at most 50 unique ones (20 on GHES) and the composite actions a job "
     f"downloads nest at most {MAX_ACTION_DEPTH} levels"
 )
 
@@ -98,7 +104,7 @@ class PlanBounds:
         self.planned += number
         if self.planned > MAX_PLANNED:
             raise InputError(
-                f"dry-run stopped at {where} in {self._file()}: over {MAX_PLANNED:,} jobs, "
+                f"dry-run stopped at {where} in {self.file()}: over {MAX_PLANNED:,} jobs, "
                 "matrix legs, steps and KiB of local reusable workflows and composite actions "
                 "planned",
                 hint=f"{_NESTING}; call them fewer times, or plan one job with --job",
@@ -108,7 +114,7 @@ class PlanBounds:
         """Raises InputError for a workflow of more than :data:`MAX_JOBS` jobs."""
         if number > MAX_JOBS:
             raise InputError(
-                f"{self._file()} has {number:,} jobs: dry-run plans at most {MAX_JOBS:,}",
+                f"{self.file()} has {number:,} jobs: dry-run plans at most {MAX_JOBS:,}",
                 hint="GitHub documents no count of jobs but reads a workflow file of at most "
                 "500 KB and runs at most 256 legs per matrix; split the workflow",
             )
@@ -122,6 +128,21 @@ class PlanBounds:
         chain = [shown for _, shown in self.stack[files.index(resolved) :]]
         return " -> ".join([*chain, named])
 
+    def refusal(
+        self, path: Path | None, named: str, job: str, depth: int
+    ) -> tuple[str, str] | None:
+        """Why GitHub does not start a run whose ``job`` calls the workflow ``named`` (``path``:
+        the local file, if found) from one ``depth`` calls deep: a cycle, or a call past
+        :data:`MAX_DEPTH` (remote or missing ones too), as (a few words, the bad-input line)."""
+        chain = self.cycle(path, named) if path is not None else None
+        if chain is not None:
+            return f"a cycle ({chain})", cycle_detail("workflow", named, chain)
+        if depth >= MAX_DEPTH:
+            inside = [shown for _, shown in self.stack]
+            detail = workflow_too_deep(job.rpartition("/")[2], named, inside)
+            return detail, detail
+        return None
+
     @contextmanager
     def inside(self, path: Path, named: str) -> Iterator[None]:
         """While the plan is inside the workflow or action at ``path`` (``named`` as written)."""
@@ -131,7 +152,7 @@ class PlanBounds:
         finally:
             self.stack.pop()
 
-    def _file(self) -> str:
+    def file(self) -> str:
         """The file being planned: the innermost called one, else the workflow."""
         return self.stack[-1][1] if self.stack else "the workflow"
 
@@ -159,6 +180,17 @@ def too_deep(uses: str) -> str:
         f"{uses} is the {MAX_ACTION_DEPTH + 1}th composite action nested here: not planned "
         f"(not judged; the runner runs it: its limit of {MAX_ACTION_DEPTH} levels covers only "
         "the actions it downloads, not local ones)"
+    )
+
+
+def workflow_too_deep(job: str, uses: str, chain: list[str]) -> str:
+    """The bad-input line for a call nested past :data:`MAX_DEPTH` (``chain``: the workflows it is
+    inside, the top-level one first), in the words GitHub refuses the run with."""
+    return (
+        f'GitHub refuses the run: job "{job}" calls workflow "{uses}", but doing so would exceed '
+        f"the limit on called workflow depth of {MAX_DEPTH} ({' -> '.join([*chain, uses])}: "
+        f"{MAX_DEPTH + 1} levels of workflows at most, the caller's included; 4 on GitHub "
+        "Enterprise Server); call fewer workflows inside one another"
     )
 
 

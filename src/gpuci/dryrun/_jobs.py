@@ -18,11 +18,13 @@ from gpuci.dryrun._contexts import (
     evaluate_value,
     text_of,
 )
+from gpuci.dryrun._embedded import OPEN, unclosed
 from gpuci.dryrun._expressions import (
     EMBEDDED,
     ExpressionError,
     Unknown,
     condition,
+    condition_expression,
     evaluate,
     first_unknown,
     opaque,
@@ -30,6 +32,7 @@ from gpuci.dryrun._expressions import (
     to_text,
 )
 from gpuci.dryrun._workflow import trigger_mapping
+from gpuci.redact import clip
 
 __all__ = [
     "JobState",
@@ -46,6 +49,7 @@ __all__ = [
     "nothing_failed",
     "plan_condition",
     "skipped_context",
+    "string_if",
     "worst_outcome",
 ]
 
@@ -105,6 +109,27 @@ def plan_condition(cond: Any, ctx: Mapping[str, Any], status: Any) -> bool | Unk
         return condition(cond, ctx, status, PLAN_FUNCTIONS)
     except ExpressionError as exc:
         return Unknown(f"an expression this plan cannot evaluate ({exc})", path=False)
+
+
+def string_if(cond: Any, where: str) -> str:
+    """The warning for an ``if:`` (in the file ``where``) that mixes text and ``${{ }}``, '' for
+    any other: GitHub makes it ``format()`` of both (:func:`condition_expression`), a string,
+    true when not empty, so ``${{ false }} && false`` runs: the plan follows GitHub, and says so
+    (actionlint calls it a condition that is always true)."""
+    if not isinstance(cond, str) or OPEN not in cond or EMBEDDED.fullmatch(cond) or unclosed(cond):
+        return ""
+    text = EMBEDDED.sub(lambda span: "", cond)  # a | block's newline is text too
+    try:
+        after = condition_expression(cond).startswith("success() && (")
+    except ExpressionError:  # an expression the plan cannot parse: GitHub still adds success()
+        after = True
+    truth = ("always true" if text else "true when not empty") + (
+        " after success" if after else ", even after a failure"
+    )
+    return (
+        f"if: {clip(repr(cond), 200)} in {where} mixes text and ${{{{ }}}}: GitHub reads it as "
+        f"a string, {truth}; put the whole condition inside one ${{{{ }}}} (or drop the ${{{{ }}}})"
+    )
 
 
 def skipped_context() -> dict[str, Any]:

@@ -16,9 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuci.dryrun._bounds import MAX_ACTION_DEPTH, Budget, PlanBounds, cycle_detail, too_deep
-from gpuci.dryrun._calls import (
-    missing_paths_of,
-)
+from gpuci.dryrun._calls import missing_paths_of
 from gpuci.dryrun._contexts import (
     evaluate_text,
     evaluate_value,
@@ -27,11 +25,7 @@ from gpuci.dryrun._contexts import (
     runs_on_label,
     text_of,
 )
-from gpuci.dryrun._expressions import (
-    Partial,
-    Unknown,
-    truth_of,
-)
+from gpuci.dryrun._expressions import Partial, Unknown, truth_of
 from gpuci.dryrun._jobs import (
     JobState,
     call_outputs,
@@ -48,6 +42,7 @@ from gpuci.dryrun._jobs import (
     nothing_failed,
     plan_condition,
     skipped_context,
+    string_if,
     worst_outcome,
 )
 from gpuci.dryrun._matrix import BadMatrix
@@ -79,9 +74,8 @@ from gpuci.dryrun._workflow import (
 from gpuci.errors import InputError
 from gpuci.runtime import Runtime
 
-__all__ = ["MAX_DEPTH", "JobState", "Planner"]
+__all__ = ["JobState", "Planner"]
 
-MAX_DEPTH = 8  # local reusable workflows planned inside one another (GitHub allows 10 levels)
 UNRESOLVED_MATRIX = "its matrix is built at run time: judged once, with matrix.* unresolved"
 
 
@@ -98,6 +92,7 @@ class Planner:
     source: Path | None = None  # the workflow file: a call back to it is a cycle
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
     budget: Budget = field(default_factory=Budget)  # what its expressions may scan
+    notes: list[str] = field(default_factory=list)  # warnings on the plan as a whole
 
     def __post_init__(self) -> None:
         if self.source is not None:  # named as a ``uses:`` calling it back names it
@@ -158,6 +153,9 @@ class Planner:
             unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
             state.failed = Unknown(f"needs.{unsure}.result", path=False)
         cond = job.get("if")
+        if warned := string_if(cond, self.bounds.file()):  # the job runs as GitHub reads it
+            self.notes.append(f"job {name}: {warned}")
+            self._job_line(name, f"warning: {warned}")
         held = plan_condition(cond, contexts, state.status)
         forced = ""
         if held is False:
@@ -255,7 +253,12 @@ class Planner:
         found = (
             self.bounds.read(load_local_workflow, self.workspace, local, where) if local else None
         )
-        if found is None or depth >= MAX_DEPTH:
+        refused = self.bounds.refusal(found[0] if found else None, uses, name, depth)
+        if refused is not None:  # GitHub does not start the run
+            self._job_line(name, f"uses {uses}: BAD INPUT: {refused[0]}")
+            self._job_verdict(name, uses, uses, "bad-input", refused[1])
+            return "failure"
+        if found is None:
             why = (
                 "not inspected: remote reusable workflow"
                 if not uses.startswith("./")
@@ -265,11 +268,6 @@ class Planner:
             self._job_verdict(name, uses, uses, "not-inspected", why)
             return Unknown(f"needs.{name}.result")
         path, called = found
-        chain = self.bounds.cycle(path, uses)
-        if chain is not None:
-            self._job_line(name, f"uses {uses}: BAD INPUT: a cycle ({chain})")
-            self._job_verdict(name, uses, uses, "bad-input", cycle_detail("workflow", uses, chain))
-            return "failure"
         outcomes, outputs = [], []
         for leg_name, leg_job, leg in self._legs(name, job, contexts):
             outcome, leg_outputs = self._call_leg(
@@ -396,7 +394,7 @@ class Planner:
             cond = step.get("if")
             shown = cond_text(cond) if cond is not None else ""
             if forced:
-                self._add(skipped_plan(job, index, step, forced, shown))
+                self._add(skipped_plan(job, index, step, forced, shown), cond)
                 state.steps[step_id] = skipped_context()
                 continue
             held = plan_condition(cond, ctx, state.status)
@@ -414,14 +412,14 @@ class Planner:
                     why = f"if: {shown or 'success()'}" + (f"; {values}" if values else "")
                     plan = skipped_plan(job, index, step, f"skipped ({why})", "")
                 plan.condition = shown
-                self._add(plan)
+                self._add(plan, cond)
                 state.steps[step_id] = skipped_context()
                 continue
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
             if isinstance(held, Unknown) or unsure:
                 mark_conditional(plan, held, shown or "success()")
-            self._add(plan)
+            self._add(plan, cond)
             # inside a job that may not run, a step is planned as if the job runs: what it
             # would do then is sure, as the job's own line says once
             tolerated = truth_of(
@@ -430,8 +428,11 @@ class Planner:
             sure = not isinstance(held, Unknown) and tolerated is not None
             record_step(plan, step_id, state, sure=sure, tolerated=bool(tolerated))
 
-    def _add(self, plan: StepPlan) -> None:
-        """List the step, then a composite's own steps (logged as they were planned)."""
+    def _add(self, plan: StepPlan, cond: Any) -> None:
+        """List the step (warned of an ``if:`` that is a string), then a composite's own steps
+        (logged as they were planned)."""
+        if warned := string_if(cond, self.bounds.file()):
+            plan.warnings.append(warned)
         self.plans.append(plan)
         self.transcript.extend(plan_lines(plan))
         self.plans += plan.children

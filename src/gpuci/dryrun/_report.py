@@ -49,12 +49,13 @@ def mark(plan: StepPlan) -> str:
 
 
 def plan_lines(plan: StepPlan) -> list[str]:
-    """A step's lines in the plan: its verdict, then what its commands' plans said."""
+    """A step's lines in the plan: its verdict, what its commands' plans said, its warnings."""
     lines = [f"  step {plan.index}: {plan.name} [{mark(plan)}]"]
+    warnings = [f"    warning: {warning}" for warning in plan.warnings]
     if plan.verdict in ("run", "other-action", "not-inspected") or (
         plan.verdict == "skipped" and not plan.results
     ):
-        return lines
+        return lines + warnings
     if plan.unresolved:
         waits = [f"{n} ({plan.why[n]})" if n in plan.why else n for n in plan.unresolved]
         lines.append(f"    unresolved at plan time (set at run time): {', '.join(waits)}")
@@ -69,8 +70,7 @@ def plan_lines(plan: StepPlan) -> list[str]:
             text = format_output(value)
             if text not in ("", "0") and "\n" not in text and len(text) < 200:
                 lines.append(f"      {key} = {text}")
-    lines += [f"    warning: {warning}" for warning in plan.warnings]
-    return lines
+    return lines + warnings
 
 
 @dataclass
@@ -219,7 +219,7 @@ def result(
     for note in notes:
         rt.log(f"warning: {note}")
         out.warning(note, "gpu-ci dry run")
-    for p in tally.risky:
+    for p in plans:  # a may-fail step's, and any other (an if: that is a string)
         for warning in p.warnings:
             where = f"job {p.job}, step {p.index} ({p.name}): {warning}"
             out.warning(clip(where, MAX_PLAN_LINE), "gpu-ci dry run")

@@ -1,0 +1,85 @@
+"""An ``if:`` that mixes text and ``${{ }}`` is a string to GitHub (``format()`` of both), true
+when not empty: ``if: ${{ false }} && false`` runs. The plan runs it too, as GitHub does, and
+warns in one line naming the file, the job (and step) and the fix, as actionlint does."""
+
+from __future__ import annotations
+
+import pytest
+
+from dryrun.dryrun_testing import WORKFLOWS, plan, write
+from gpuci.dryrun._jobs import string_if
+
+WORKFLOW = """\
+on: push
+jobs:
+  j:
+    if: ${{ github.event_name == 'push' }} && false
+    runs-on: x
+    steps:
+      - uses: actions/checkout@v4
+        if: ${{ false }} && false
+      - name: block
+        if: |
+          ${{ false }}
+        run: echo b
+      - uses: ./act
+      - name: one expression
+        if: ${{ false }}
+        run: echo c
+"""
+ACTION = """\
+runs:
+  using: composite
+  steps:
+    - if: success() && ${{ false }}
+      run: echo
+      shell: bash
+"""
+FIX = "put the whole condition inside one ${{ }} (or drop the ${{ }})"
+
+
+def test_an_if_that_is_a_string_runs_and_is_warned_of(tmp_path):
+    """Before, the plan said nothing: each of these ran (as on GitHub), silently."""
+    wf = write(tmp_path, WORKFLOW, f"{WORKFLOWS}/wf.yml")
+    write(tmp_path, ACTION, "act/action.yml")
+    body = plan(tmp_path, wf, cwd=tmp_path)
+    steps = {str(s["index"]): s for s in body["report"]["steps"]}
+    file = f"./{WORKFLOWS}/wf.yml"
+    expected = {
+        "1": f"if: '${{{{ false }}}} && false' in {file} mixes text and ${{{{ }}}}",
+        "2": f"if: '${{{{ false }}}}\\n' in {file} mixes text and ${{{{ }}}}",  # | keeps the \n
+        "3.1": "if: 'success() && ${{ false }}' in ./act mixes text and ${{ }}",
+    }
+    for index, start in expected.items():
+        (warning,) = steps[index]["warnings"]
+        assert warning.startswith(start), warning
+        assert warning.endswith(f"a string, always true after success; {FIX}"), warning
+        assert steps[index]["verdict"] in ("other-action", "run"), steps[index]  # it runs
+    assert steps["4"]["verdict"] == "skipped" and steps["4"]["warnings"] == []
+    lines = body["report"]["plan"]
+    job_line = "job j: warning: if: \"${{ github.event_name == 'push' }} && false\" in " + file
+    assert any(line.startswith(job_line) for line in lines), lines
+    assert sum(line.startswith("    warning: if: ") for line in lines) == 3, lines
+    messages = [a["message"] for a in body["annotations"]]
+    assert any("job j, step 2 (block): if: '${{ false }}\\n'" in m for m in messages), messages
+    assert [n for n in body["report"]["notes"] if n.startswith("job j: if: ")], body
+
+
+@pytest.mark.parametrize(
+    ("cond", "warned"),
+    [
+        ("${{ false }} && false", "always true after success"),
+        ("${{ false }}\n", "always true after success"),
+        ("${{ always() }} && false", "always true, even after a failure"),
+        ("${{ '' }}${{ '' }}", "true when not empty after success"),
+        ("${{ false }}", ""),  # one expression, all of it: a condition
+        ("${{ 'false' }}", ""),
+        ("false && success()", ""),  # no ${{ }}: an expression
+        ("${{ false", ""),  # not closed: GitHub refuses the file (bad input elsewhere)
+        (True, ""),
+        (None, ""),
+    ],
+)
+def test_which_if_is_a_string(cond, warned):
+    got = string_if(cond, "wf.yml")
+    assert (warned in got) if warned else got == "", got
