@@ -175,7 +175,9 @@ class Saver:
         the room the tier made."""
         try:
             with sources.source(tree, entry) as fd:
-                return tier.copy_in(tree.source(entry), entry.sha256, fd, self.stop_fill)
+                return tier.copy_in(
+                    tree.source(entry), entry.sha256, fd, self.stop_fill, entry.size
+                )
         except (SourceChanged, sources.Unreadable):
             self.not_copied.append(str(tree.source(entry)))
             return False
