@@ -55,6 +55,11 @@ OUTCOMES = {
     "would update": "would-update",
 }
 
+# How long a failed or interrupted save waits for the conditional-writes question once its
+# requests are stopped: it ends at once, unless it sleeps out a retry's wait begun under an
+# earlier transfer's stop flag (that wait is not woken; nothing is sent after it).
+QUESTION_GRACE_S = 5.0
+
 Stage = Literal["missing-paths", "no-credentials", "done"]
 Warnings = list[tuple[str, str]]
 
@@ -204,13 +209,13 @@ def _answer(store: Store, asked: Background[None] | None) -> None:
 def _drop_question(store: Store, asked: Background[None] | None) -> None:
     """A save failing or interrupted while the question is asked: end its requests (the
     store's stop flag: those in flight end at once, none is sent after; nothing else of the
-    save needs the store by then) and wait for its thread. A question left running went on
-    sending probe objects and the store's record after a Ctrl-C, from a save that had
-    returned."""
+    save needs the store by then) and wait for its thread, :data:`QUESTION_GRACE_S` at most.
+    A question left running went on sending probe objects and the store's record after a
+    Ctrl-C, from a save that had returned."""
     if asked is None:
         return
     store.stop_flag().set()
-    asked.wait()
+    asked.wait(time.monotonic() + QUESTION_GRACE_S)
 
 
 def _settle(saver: Saver, fill: Background[int] | None, failed: BaseException) -> None:
