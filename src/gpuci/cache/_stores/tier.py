@@ -106,6 +106,8 @@ class LocalTier:
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
         self.changed: list[str] = []  # sources that changed between hashing and copying in
         self.filled_up = False  # its disk filled during a restore: the rest skipped the tier
+        # The last copy_in met a full disk or quota (ENOSPC, EDQUOT): a save's copies end then.
+        self.copy_met_full = False
         self._ready = False
         # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
         # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
@@ -332,7 +334,7 @@ class LocalTier:
         was. ``stop`` set (an interrupted save) ends the copy at its next chunk, its temp
         file removed.
         """
-        temp = None
+        temp, self.copy_met_full = None, False
         try:
             src = os.open(path, _READ) if source is None else source
             try:
@@ -362,6 +364,7 @@ class LocalTier:
         except OSError as exc:
             if exc.errno == errno.EFBIG:  # it grew past what the caller read
                 self.changed.append(str(path))
+            self.copy_met_full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             return False  # the tier is a cache: failing to fill it never fails the job
         finally:
             if temp is not None:
