@@ -176,6 +176,7 @@ class Saver:
         and size: :func:`~gpuci.cache._save.sources.open_source`). A file swapped in under its
         name since is not copied at all: its bytes were never sent, and it may be larger than
         the room the tier made."""
+        tier.copy_met_full = False  # this copy's, for _filled, even where none is tried
         try:
             with sources.source(tree, entry) as fd:
                 return tier.copy_in(
