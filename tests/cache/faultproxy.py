@@ -11,7 +11,7 @@ import http.client
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -24,12 +24,14 @@ class Rule:
     contains: str
     # 503 | 503-together | 429 | 500 | drop | truncate | corrupt | delay | throttle | badlength
     # | hold-until (held until a request matching ``until`` has come, or ``seconds`` have passed)
+    # | hold (held until the test sets ``release``, or ``seconds`` have passed; then relayed)
     action: str
     times: int = 1
     seconds: float = 0.0  # delay, or seconds per 64 KiB when throttling
     fired: int = 0
     until: tuple[str, str] | None = None  # hold-until's (method, path part) to wait for
     released: int = 0  # hold-until: requests let go because that one came, not by the deadline
+    release: threading.Event = field(default_factory=threading.Event)  # hold: let them go
 
 
 class _Relays(ThreadingHTTPServer):
@@ -134,6 +136,9 @@ class FaultProxy:
                     return
                 if action == "delay":
                     time.sleep(rule.seconds)
+                if action == "hold":
+                    assert rule is not None
+                    rule.release.wait(rule.seconds or 10.0)
                 if action == "hold-until":
                     assert rule is not None and rule.until is not None
                     deadline = time.monotonic() + (rule.seconds or 10.0)

@@ -192,8 +192,8 @@ def _rewritten_after_hashing(monkeypatch) -> list[Path]:
     hashed: list[Path] = []
     original = sources.hash_source
 
-    def hash_then_rewrite(tree, entry) -> str:
-        digest = original(tree, entry)
+    def hash_then_rewrite(tree, entry, each) -> str:
+        digest = original(tree, entry, each)
         path = tree.source(entry)
         path.write_bytes(os.urandom(entry.size))  # in place: the same file, other bytes
         hashed.append(path)

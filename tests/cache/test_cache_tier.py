@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import signal
@@ -16,6 +17,7 @@ from cache_testing import CREDS, REPO_ROOT, cache_cmd, tmpfs
 from cache_testing import store_flags as _flags
 from treeutil import make_tree, snapshot, write_tree
 
+from gpuci import files
 from gpuci.background import Background
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import refs
@@ -426,3 +428,55 @@ def test_a_tier_disk_that_fills_during_a_saves_copies_is_a_warning_and_ends_them
     assert filled == (meanwhile == "another-process-fills-it"), notes
     assert len(tried) == 1, f"copied on into a full disk: {tried}"
     assert len(blobs) == (0 if filled else 1) and not temps
+
+
+def test_a_ctrl_c_while_a_save_keeps_runs_of_packs_it_reused_leaves_no_temp_file(
+    file_store, env, tmp_path, monkeypatch
+):
+    """A save that finds its small files in packs already stored keeps them in the tier as runs
+    of those packs, written on the save's own thread (up to 128 MiB at once): a Ctrl-C landing
+    in that write removes the run's temp file before it is raised, as it does for the copies
+    of the large files, instead of leaving it in the tier's tmp/ until an hourly sweep."""
+    src = write_tree(tmp_path / "src", {f"s{i}.txt": os.urandom(50_000) for i in range(4)})
+    first, _ = cache_cmd("save", _flags(file_store, "w", src), env)  # packs stored, no tier
+    assert first.ok, first.headline
+    tier = tmp_path / "tier"
+    write_all = files.write_all
+
+    def ctrl_c_in_a_tier_write(fd, data):
+        if str(tier / "tmp") in os.readlink(f"/proc/self/fd/{fd}"):
+            write_all(fd, memoryview(data)[: len(data) // 2])
+            raise KeyboardInterrupt
+        write_all(fd, data)
+
+    monkeypatch.setattr(files, "write_all", ctrl_c_in_a_tier_write)
+    with pytest.raises(KeyboardInterrupt):
+        cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+    assert tier.exists() and not list(tier.glob("tmp/*")), "a run was left half written"
+    _assert_tier_intact(tier)
+
+
+def test_a_tier_quota_reached_during_a_saves_copies_is_a_warning_and_ends_them(
+    file_store, env, tmp_path, monkeypatch
+):
+    """A quota on the tier's disk (EDQUOT) ends the save's copies as a full disk (ENOSPC)
+    does, with the same warning, though the disk's free space (statvfs, which a restore's
+    writes and the room check read) does not show it: each of the remaining files was tried
+    in turn, each writing up to the quota, and the save said nothing."""
+    monkeypatch.setattr(upload, "HELD_BYTES", 0)
+    monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
+    src = write_tree(tmp_path / "src", {f"w{i}.bin": os.urandom(2 << 20) for i in range(3)})
+    tried: list[int] = []
+
+    def over_quota(_src, dst, *_args):
+        tried.append(dst)
+        raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+
+    monkeypatch.setattr(copying, "copy_hashing", over_quota)
+    tier = tmp_path / "tier"
+    saved, _ = cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
+    assert saved.ok, saved.headline
+    notes = [a.message for a in saved.annotations if a.level == "warning"]
+    assert any("disk filled up" in note for note in notes), notes
+    assert len(tried) == 1, f"copied on over the quota: {len(tried)} copies"
+    assert not _tier_blobs(tier) and not list(tier.glob("tmp/*"))

@@ -23,6 +23,7 @@ import gpuci_testing
 from gpuci.cache._save import state as save_module
 from gpuci.cache._save import upload as upload_module
 from gpuci.cache._stores import tier_entry
+from gpuci.cache._stores.tier import LocalTier
 
 WEIGHTS = "model.safetensors"
 
@@ -284,6 +285,34 @@ def test_a_file_swapped_after_save_read_it_is_not_copied_into_the_tier(
     assert not runner.blob(sha(files[WEIGHTS])).exists()  # never the swapped bytes under it
     assert not runner.blob(sha(swapped)).exists()  # nor a copy of a file the save never read
     assert any("replaced after the save read it" in w for w in warnings(got)), warnings(got)
+
+
+def test_a_file_that_grows_while_save_copies_it_into_the_tier_is_not_copied_on(
+    runner: Runner, monkeypatch
+) -> None:
+    """A file too large to hold is copied into the tier from the very file the save read, for
+    which the tier made room: a job still appending to it (a checkpoint being written, a log)
+    made the copy read on to wherever the writer was, past that room and for as long as the
+    writer went on, into a blob no manifest names. A file that reads on past the size the
+    save read is not copied in, with the warning of a file changed after it was hashed."""
+    monkeypatch.setattr(upload_module, "HELD_BYTES", 0)
+    files = model_tree(runner.base / "src")
+    grown = b"G" * (2 * BIG)
+    copy_in = LocalTier.copy_in
+
+    def appended_then_copied(self, path, digest, *args, **kwargs):
+        if path.name == WEIGHTS:  # after the save opened it and checked its size
+            with open(path, "ab") as out:
+                out.write(grown)
+        return copy_in(self, path, digest, *args, **kwargs)
+
+    monkeypatch.setattr(LocalTier, "copy_in", appended_then_copied)
+    got = runner.save("m", runner.base / "src")
+    tier_is_honest(runner.tier, runner.store)
+    sizes = [p.lstat().st_size for p in (runner.tier / "blobs").rglob("*") if p.is_file()]
+    assert max(sizes, default=0) <= BIG, f"the copy read on past the size saved: {sizes}"
+    assert not runner.blob(sha(files[WEIGHTS] + grown)).exists()
+    assert any("changed after it was hashed" in w for w in warnings(got)), warnings(got)
 
 
 @pytest.mark.parametrize("where", ["below-a-file", "name-too-long"])

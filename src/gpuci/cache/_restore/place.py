@@ -142,7 +142,8 @@ def _fill_tier(tier: LocalTier, fetched: list[tuple[mf.Entry, Path]], room: bool
         if tier.links(entry.size, entry.mode):
             tier.adopt(path, entry.sha256)
         elif copies and not (entry.pack and tier.keeps_runs):  # runs hold packed files
-            tier.copy_in(path, entry.sha256)  # executable or private: the job keeps its own
+            # executable or private: the job keeps its own
+            tier.copy_in(path, entry.sha256, size=entry.size)
 
 
 def _place_local(tier: LocalTier, files: list[_File], moved: Moved) -> list[_File]:

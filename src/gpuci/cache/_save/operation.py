@@ -55,6 +55,11 @@ OUTCOMES = {
     "would update": "would-update",
 }
 
+# How long a failed or interrupted save waits for the conditional-writes question once its
+# requests are stopped: it ends at once, unless it sleeps out a retry's wait begun under an
+# earlier transfer's stop flag (that wait is not woken; nothing is sent after it).
+QUESTION_GRACE_S = 5.0
+
 Stage = Literal["missing-paths", "no-credentials", "done"]
 Warnings = list[tuple[str, str]]
 
@@ -148,12 +153,14 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     tier_notes, tier_choice = _open_tier(saver, inp)
     current = _current_ref(store, saver, rt)
     asked = _ask_conditional_writes(store, rt)
-    planned = _hash_and_send(saver, tree, current)
+    try:
+        planned = _hash_and_send(saver, tree, current)
+    except BaseException:
+        _drop_question(store, asked)
+        raise
     warnings: Warnings = [(warning, "gpu-ci cache") for warning in tree.warnings]
     try:
-        if asked is not None:  # over by now, usually; a failure is met again in the publish
-            with contextlib.suppress(Exception):
-                asked.wait()
+        _answer(store, asked)  # over by now, usually
         digest, outcome = _publish(saver, planned, current, warnings)
         if planned.fill is not None:
             planned.fill.wait()
@@ -169,16 +176,46 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     return done
 
 
-def _ask_conditional_writes(store: Store, rt: Runtime) -> Background[bool] | None:
+def _ask_conditional_writes(store: Store, rt: Runtime) -> Background[None] | None:
     """Whether the store honours conditional writes, asked on a thread while the tree hashes
     and uploads: on a store not probed yet that was 5 round trips (1 once recorded) between
     the manifest and the ref. The answer is kept in :mod:`~gpuci.cache._format.refs`' memory,
-    where the publish finds it; a failure is asked again there, and raised there."""
+    where the publish finds it; a failure (an interrupted question too) is asked again there,
+    and raised there, so the thread raises nothing: a wait for it raises only what lands in
+    the waiting thread (a Ctrl-C)."""
     if rt.dry_run or getattr(store, "honours_conditional_writes", None) is not None:
         return None
     from gpuci.background import Background
 
-    return Background(lambda: refs.conditional_writes_honoured(store), "gpuci-conditional")
+    def ask() -> None:
+        with contextlib.suppress(BaseException):
+            refs.conditional_writes_honoured(store)
+
+    return Background(ask, "gpuci-conditional")
+
+
+def _answer(store: Store, asked: Background[None] | None) -> None:
+    """Wait for the question before the publish needs its answer; a Ctrl-C in this wait
+    ends the question first (:func:`_drop_question`)."""
+    if asked is None:
+        return
+    try:
+        asked.wait()
+    except BaseException:
+        _drop_question(store, asked)
+        raise
+
+
+def _drop_question(store: Store, asked: Background[None] | None) -> None:
+    """A save failing or interrupted while the question is asked: end its requests (the
+    store's stop flag: those in flight end at once, none is sent after; nothing else of the
+    save needs the store by then) and wait for its thread, :data:`QUESTION_GRACE_S` at most.
+    A question left running went on sending probe objects and the store's record after a
+    Ctrl-C, from a save that had returned."""
+    if asked is None:
+        return
+    store.stop_flag().set()
+    asked.wait(time.monotonic() + QUESTION_GRACE_S)
 
 
 def _settle(saver: Saver, fill: Background[int] | None, failed: BaseException) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gpuci import files
@@ -96,9 +96,12 @@ def read_at(fd: int, offset: int, length: int, path: Path) -> bytes:
     return data
 
 
-def hash_source(tree: Tree, entry: mf.Entry) -> str:
+def hash_source(tree: Tree, entry: mf.Entry, each: Callable[[memoryview, int], object]) -> str:
+    """The file's sha256, read once; ``each`` is called with every block hashed (a hasher's
+    check of the save's stop flag: a Ctrl-C ends the hash of a model shard at its next block,
+    not at its end)."""
     with source(tree, entry) as fd:
-        hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK)
+        hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK, each=each)
     if done != entry.size:
         raise SourceChanged(tree.source(entry))
     return hasher.hexdigest()

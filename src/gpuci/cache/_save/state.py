@@ -150,10 +150,13 @@ class Saver:
 
     def _filled(self, tier: LocalTier, entry: mf.Entry) -> bool:
         """Whether a copy that did not land met a full disk: the file is still not in the tier
-        and the disk has no room for it now (another process filled it since the room was
-        checked; another save that copied the file in meanwhile is no failure). The rest are
-        not tried then: each would only take the disk to its last byte again."""
-        if tier.has(entry.sha256, entry.size) or tier.room_for(entry.size):
+        and the copy met ENOSPC or EDQUOT (a quota, which the disk's free space does not
+        show), or the disk has no room for it now (another process filled it since the room
+        was checked; another save that copied the file in meanwhile is no failure). The rest
+        are not tried then: each would only take the disk to its last byte again."""
+        if tier.has(entry.sha256, entry.size):
+            return False
+        if not tier.copy_met_full and tier.room_for(entry.size):
             return False
         self.filled_up = True
         return True
@@ -173,9 +176,12 @@ class Saver:
         and size: :func:`~gpuci.cache._save.sources.open_source`). A file swapped in under its
         name since is not copied at all: its bytes were never sent, and it may be larger than
         the room the tier made."""
+        tier.copy_met_full = False  # this copy's, for _filled, even where none is tried
         try:
             with sources.source(tree, entry) as fd:
-                return tier.copy_in(tree.source(entry), entry.sha256, fd, self.stop_fill)
+                return tier.copy_in(
+                    tree.source(entry), entry.sha256, fd, self.stop_fill, entry.size
+                )
         except (SourceChanged, sources.Unreadable):
             self.not_copied.append(str(tree.source(entry)))
             return False

@@ -215,7 +215,8 @@ class BlobUploads:
 
     def _one(self, entry: mf.Entry) -> None:
         if not self._hold(entry.size):
-            entry.sha256 = sources.hash_source(self.tree, entry)
+            entry.sha256 = sources.hash_source(self.tree, entry, self._go_on)
+            self._go_on()  # stopped since: nothing is sent (a file store copies it whole)
             if self.dry_run:
                 self.pool.submit(laneless(self._look_up, entry))
             else:
@@ -230,6 +231,11 @@ class BlobUploads:
         self.pool.submit(laneless(self._send_held, entry, chunks))
         if self.saver.tier is not None:  # the tier's copy from the very bytes just hashed,
             self.saver.tier.keep(entry.sha256, chunks)  # while they go up (bytes: immutable)
+
+    def _go_on(self, *_block: object) -> None:
+        """A hasher goes on only while the pool is not cancelled (a Ctrl-C, a failure)."""
+        if self.pool.cancelled.is_set():
+            raise _Stopped
 
     def _hold(self, size: int) -> bool:
         """Whether a file is read once into memory (and its room taken): one PUT waits for the

@@ -98,9 +98,10 @@ def copy_fd(src: int, dst: int, size: int) -> str:
     return "read-write"
 
 
-def copy_hashing(src: int, dst: int, stop: Event | None = None) -> str:
+def copy_hashing(src: int, dst: int, stop: Event | None = None, size: int | None = None) -> str:
     """Copy from offset 0 and hash the same bytes in one pass: the digest of what was written.
-    ``stop`` set ends it at the next chunk (:func:`_check`)."""
+    ``stop`` set ends it at the next chunk (:func:`_check`); ``size``: at most that many bytes,
+    an OSError (EFBIG) when the file reads on past them (:func:`gpuci.files.hash_fd`)."""
 
     def write(block: memoryview, offset: int) -> None:
         _check(stop)
@@ -108,12 +109,12 @@ def copy_hashing(src: int, dst: int, stop: Event | None = None) -> str:
         while done < len(block):
             done += os.pwrite(dst, block[done:], offset + done)
 
-    return files.hash_fd(src, chunk=HASH_CHUNK, each=write)[0].hexdigest()
+    return files.hash_fd(src, chunk=HASH_CHUNK, each=write, size=size)[0].hexdigest()
 
 
-def hash_fd(fd: int, stop: Event | None = None) -> str:
+def hash_fd(fd: int, stop: Event | None = None, size: int | None = None) -> str:
     each = None if stop is None else lambda _block, _offset: _check(stop)
-    return files.hash_fd(fd, chunk=HASH_CHUNK, each=each)[0].hexdigest()
+    return files.hash_fd(fd, chunk=HASH_CHUNK, each=each, size=size)[0].hexdigest()
 
 
 def _check(stop: Event | None) -> None:

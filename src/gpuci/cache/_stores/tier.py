@@ -106,6 +106,8 @@ class LocalTier:
         self.ignored: dict[str, str] = {}  # entry -> why it was not served (and dropped)
         self.changed: list[str] = []  # sources that changed between hashing and copying in
         self.filled_up = False  # its disk filled during a restore: the rest skipped the tier
+        # The last copy_in met a full disk or quota (ENOSPC, EDQUOT): a save's copies end then.
+        self.copy_met_full = False
         self._ready = False
         # ``link`` mode: a hardlink from the tier worked where a reflink had just failed, so the
         # tier's filesystem cannot clone, and a later file that links is on that filesystem too:
@@ -173,7 +175,7 @@ class LocalTier:
         if self.changed:
             out.append(
                 f"local cache: {self.changed[0]} changed after it was hashed"
-                f"{_more(self.changed)}; stored under the hash of what was copied"
+                f"{_more(self.changed)}; kept only under the hash of what was copied, if at all"
             )
         if self.filled_up:
             out.append(
@@ -310,10 +312,15 @@ class LocalTier:
     def _copy_in_if_room(self, path: Path, digest: str, size: int) -> bool:
         """:meth:`copy_in` where no link could be made: a copy takes room, so only while the
         tier's disk has it to spare, as for any other fill."""
-        return not self.filled_up and self.room_for(size) and self.copy_in(path, digest)
+        return not self.filled_up and self.room_for(size) and self.copy_in(path, digest, size=size)
 
     def copy_in(
-        self, path: Path, digest: str, source: int | None = None, stop: Event | None = None
+        self,
+        path: Path,
+        digest: str,
+        source: int | None = None,
+        stop: Event | None = None,
+        size: int | None = None,
     ) -> bool:
         """Copy a file in, hashing exactly the bytes stored; used by save and restore.
 
@@ -321,23 +328,27 @@ class LocalTier:
         and sent: a file swapped in under ``path`` since is never copied), left open; else
         ``path`` is opened, never through a link. The blob is named by what was copied: a
         source that changed after the caller hashed it is stored under its new hash (which no
-        manifest names), never under ``digest``. ``stop`` set (an interrupted save) ends the
-        copy at its next chunk, its temp file removed.
+        manifest names), never under ``digest``. ``size`` is the size the caller read (and
+        made room for; None: the file's now): a file that reads on past it, one a job still
+        appends to, is not copied in at all, where the copy went on to wherever the writer
+        was. ``stop`` set (an interrupted save) ends the copy at its next chunk, its temp
+        file removed.
         """
-        temp = None
+        temp, self.copy_met_full = None, False
         try:
             src = os.open(path, _READ) if source is None else source
             try:
                 st = os.fstat(src)
-                if not stat.S_ISREG(st.st_mode) or self.has(digest, st.st_size):
+                size = st.st_size if size is None else size
+                if not stat.S_ISREG(st.st_mode) or self.has(digest, size):
                     return False
                 temp = self.temp_path()
                 dst = os.open(temp, _CREATE, 0o600)
                 try:  # a reflink is a private clone: hash the clone, i.e. what is stored
                     actual = (
-                        copying.hash_fd(dst, stop)
+                        copying.hash_fd(dst, stop, size)
                         if copying.reflink(src, dst)
-                        else copying.copy_hashing(src, dst, stop)
+                        else copying.copy_hashing(src, dst, stop, size)
                     )
                     os.fchmod(dst, 0o444)
                     os.utime(dst, (time.time(), FROZEN_MTIME))
@@ -350,7 +361,10 @@ class LocalTier:
                 self.changed.append(str(path))
             self._publish(temp, actual)
             return actual == digest
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.EFBIG:  # it grew past what the caller read
+                self.changed.append(str(path))
+            self.copy_met_full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
             return False  # the tier is a cache: failing to fill it never fails the job
         finally:
             if temp is not None:

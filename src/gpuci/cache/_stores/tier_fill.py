@@ -74,13 +74,18 @@ class TierFill:
 
     def keep(self, chunks: Sequence[bytes], digest: str) -> bool:
         """Write bytes the caller holds and has just hashed to ``digest`` (a save: ``bytes``
-        are immutable, so what is written is what was hashed), then publish them."""
+        are immutable, so what is written is what was hashed), then publish them. A Ctrl-C
+        landing here (a save writes the runs it reused on its own thread, up to 128 MiB)
+        removes the temp file before it is raised."""
         try:
             for chunk in chunks:
                 files.write_all(self.fd, chunk)
         except OSError:
             self.discard()
             return False
+        except BaseException:
+            self.discard()
+            raise
         return self.publish(digest)
 
     def publish(self, digest: str) -> bool:
