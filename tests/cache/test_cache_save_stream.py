@@ -323,3 +323,26 @@ def test_the_store_is_asked_about_conditional_writes_while_the_tree_uploads(
     asked = next(i for i, (m, p) in enumerate(seen) if p.endswith(layout.CONDITIONAL_WRITES))
     manifest = next(i for i, (m, p) in enumerate(seen) if m == "PUT" and "/manifests/" in p)
     assert asked < manifest, seen
+
+
+def test_a_file_a_job_still_appends_to_is_hashed_no_further_than_the_scan_saw(tmp_path):
+    """A log or checkpoint a job appends to while it is saved: the hash read on to wherever
+    the writer was (for ever, if it never stops). It reads the size the scan saw, and the
+    file is refused as changed."""
+    from gpuci.cache._format import tree as scanned
+    from gpuci.cache._stores.base import SourceChanged
+
+    path = write_tree(tmp_path / "src", {"log.bin": os.urandom(1 << 20)}) / "log.bin"
+    tree = scanned.scan([str(path)])
+    entry = next(e for e in tree.entries if e.size)
+    read: list[int] = []
+
+    def append_while_hashed(block, offset) -> None:
+        read.append(len(block))
+        if len(read) < 64:  # the writer goes on: a block more for every block read
+            with path.open("ab") as f:
+                f.write(os.urandom(len(block)))
+
+    with pytest.raises(SourceChanged):
+        sources.hash_source(tree, entry, append_while_hashed)
+    assert sum(read) == entry.size, f"read {sum(read):,} bytes of a {entry.size:,}-byte scan"

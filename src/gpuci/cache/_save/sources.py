@@ -99,9 +99,16 @@ def read_at(fd: int, offset: int, length: int, path: Path) -> bytes:
 def hash_source(tree: Tree, entry: mf.Entry, each: Callable[[memoryview, int], object]) -> str:
     """The file's sha256, read once; ``each`` is called with every block hashed (a hasher's
     check of the save's stop flag: a Ctrl-C ends the hash of a model shard at its next block,
-    not at its end)."""
+    not at its end). A file that reads on past the size the scan saw (a log or checkpoint a
+    job still appends to) changed, and is read no further: the hash read on to wherever the
+    writer was, without end for a writer that never stops."""
     with source(tree, entry) as fd:
-        hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK, each=each)
+        try:
+            hasher, done = files.hash_fd(fd, chunk=layout.IO_CHUNK, each=each, size=entry.size)
+        except OSError as exc:
+            if exc.errno != errno.EFBIG:
+                raise
+            done = -1
     if done != entry.size:
         raise SourceChanged(tree.source(entry))
     return hasher.hexdigest()
