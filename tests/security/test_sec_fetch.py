@@ -491,7 +491,7 @@ def test_a_url_list_with_a_nul_in_a_destination_is_one_line(tmp_path):
 def test_a_huge_url_list_is_refused(tmp_path):
     (tmp_path / "urls.txt").write_bytes(b"#" * (17 << 20))
     text = cli_one_line(tmp_path, 2, "--url", "@urls.txt")
-    assert "larger than" in text
+    assert "the url list" in text and "is over 16 MiB" in text
 
 
 def test_redirect_error_never_prints_a_header_value(tmp_path, evil):
