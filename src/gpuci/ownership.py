@@ -12,13 +12,20 @@ from __future__ import annotations
 import os
 import stat
 
-__all__ = ["OTHERS_WRITE", "not_ours_alone"]
+__all__ = ["OTHERS_WRITE", "current_uid", "not_ours_alone"]
 
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
-def not_ours_alone(st: os.stat_result, uid: int) -> str | None:
-    """Why the file ``st`` describes may not be used as ``uid``'s own; None when it may."""
+def current_uid() -> int:
+    """Who "ours" is: this process's user (the seam tests replace to play another user)."""
+    return os.geteuid()
+
+
+def not_ours_alone(st: os.stat_result, uid: int | None = None) -> str | None:
+    """Why the file ``st`` describes may not be used as ``uid``'s own (default: ours); None
+    when it may."""
+    uid = current_uid() if uid is None else uid
     if stat.S_ISLNK(st.st_mode):
         return "a symlink"
     if not stat.S_ISREG(st.st_mode):

@@ -7,7 +7,7 @@ converts none), so any module may use it."""
 
 from __future__ import annotations
 
-__all__ = ["format_output", "human_age", "human_bytes", "parse_iso", "utc_iso"]
+__all__ = ["cap_text", "format_output", "human_age", "human_bytes", "parse_iso", "utc_iso"]
 
 
 def human_bytes(n: float) -> str:
@@ -17,6 +17,11 @@ def human_bytes(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def cap_text(limit: int) -> str:
+    """A byte cap as a message names it: whole MiB, else whole KiB (``16 MiB``, ``64 KiB``)."""
+    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
 
 
 def human_age(seconds: float) -> str:

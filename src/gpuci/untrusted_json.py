@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 from gpuci import files
 from gpuci.errors import InputError
 from gpuci.redact import json_kind
+from gpuci.units import cap_text
 
 # Far above any metrics file or report gpu-ci writes, far below what would hurt a runner.
 MAX_BYTES = 16 << 20
@@ -77,7 +78,7 @@ def _nesting(text: str) -> int:
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
 
 
-def _encodes(text: str) -> bool:
+def encodes(text: str) -> bool:
     """Whether UTF-8 can hold ``text``: a lone surrogate (JSON's ``"\\ud800"``) is no Unicode
     text, and printing, sending or naming a file with it ends in UnicodeEncodeError far from
     where it was read."""
@@ -123,7 +124,7 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
             text = text.decode("utf-8")
         except UnicodeDecodeError:
             raise Unusable("it is not UTF-8 text") from None
-    elif not _encodes(text):  # a str that holds a surrogate itself
+    elif not encodes(text):  # a str that holds a surrogate itself
         raise Unusable(_LONE_SURROGATE)
     if _nesting(text) > MAX_DEPTH:
         raise Unusable(f"it is nested more than {MAX_DEPTH} levels deep")
@@ -140,7 +141,7 @@ def loads(text: str | bytes, *, finite: bool = False, unique_keys: bool = False)
         raise Unusable(f"it is not valid JSON ({exc.msg} at line {exc.lineno})") from None
     except ValueError as exc:  # e.g. bytes that are not UTF-8
         raise Unusable(f"it is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
-    if _ESCAPED_SURROGATE.search(text) and not _encodes(json.dumps(data, ensure_ascii=False)):
+    if _ESCAPED_SURROGATE.search(text) and not encodes(json.dumps(data, ensure_ascii=False)):
         raise Unusable(_LONE_SURROGATE)
     return data
 
@@ -164,7 +165,7 @@ def parse_object(
         Unusable: why, in a few words.
     """
     if len(data) > limit:
-        raise Unusable(f"it is over the {_size(limit)} cap" + (f" for {what}" if what else ""))
+        raise Unusable(f"it is over the {cap_text(limit)} cap" + (f" for {what}" if what else ""))
     value = loads(data, finite=True)
     if not isinstance(value, dict):
         raise Unusable(f"it is a JSON {json_kind(value)}, not an object")
@@ -200,10 +201,6 @@ def mapping(obj: dict[str, Any], name: str) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(v, str)}
 
 
-def _size(limit: int) -> str:
-    return f"{limit >> 20} MiB" if limit >= 1 << 20 else f"{limit >> 10} KiB"
-
-
 def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
     """``path`` opened for reading when it is a regular file (:func:`gpuci.files.open_regular`:
     never waiting on a FIFO a PR planted as its metrics file), else :class:`Unusable`; unless
@@ -231,7 +228,7 @@ def read_handle(handle: BinaryIO, limit: int = MAX_BYTES) -> str:
     :class:`Unusable` past ``limit`` bytes (only ``limit + 1`` are read) or not UTF-8."""
     data = handle.read(limit + 1)
     if len(data) > limit:
-        raise Unusable(f"it is over {_size(limit)}")
+        raise Unusable(f"it is over {cap_text(limit)}")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -268,7 +265,7 @@ def read_chunks(
     for chunk in chunks:
         size += len(chunk)
         if size > limit:
-            raise Unusable(f"it is over the {_size(limit)} cap")
+            raise Unusable(f"it is over the {cap_text(limit)} cap")
         parts.append(chunk)
         if deadline is not None and time.monotonic() > deadline:
             raise TimeoutError("the answer's body came too slowly")

@@ -11,8 +11,9 @@ from http.server import BaseHTTPRequestHandler
 import pytest
 from cache_testing import CREDS
 
-from gpuci.cache._stores.s3.client import MAX_LISTING_PAGE, BadAnswer, parse_listing
+from gpuci.cache._stores.s3.client import MAX_LISTING_PAGE, parse_listing
 from gpuci.cache._stores.s3.store import S3Store
+from gpuci.cache._stores.s3.transport import BadResponse
 from gpuci.errors import StoreError
 from gpuci_testing import wait_until
 from loopback_http import LoopbackHTTPServer
@@ -201,12 +202,12 @@ def test_contents_that_cannot_be_read_are_refused_not_skipped(drop):
         page = page.replace(b"2026-11-30T10:00:00.000Z", b"yesterday")
     else:
         page = page.replace(drop.encode(), b"")
-    with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
+    with pytest.raises(BadResponse, match="no readable Key, Size or LastModified"):
         parse_listing(page)
 
 
 def test_a_page_that_is_not_a_listing_is_refused():
-    with pytest.raises(BadAnswer, match="not <ListBucketResult>"):
+    with pytest.raises(BadResponse, match="not <ListBucketResult>"):
         parse_listing(b"<Error><Code>Oops</Code></Error>")
 
 
@@ -315,7 +316,7 @@ def test_a_content_range_is_read():
 
 def test_a_listing_size_in_other_digits_is_refused():
     page = _page(["c/k"]).replace(b"<Size>10</Size>", "<Size>\u0661\u0660</Size>".encode())
-    with pytest.raises(BadAnswer, match="no readable Key, Size or LastModified"):
+    with pytest.raises(BadResponse, match="no readable Key, Size or LastModified"):
         parse_listing(page)
 
 

@@ -221,7 +221,7 @@ def test_a_url_list_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path):
         worker.join(60)
     assert got, "the url list's open() waited on the FIFO"
     result, text = got[0]
-    assert result.exit_code == 2 and "cannot read the url list" in result.headline, text
+    assert result.exit_code == 2 and "not a regular file" in result.headline, text
 
 
 def test_cli_one_line_error_and_exit_code(server, tmp_path: Path):

@@ -327,7 +327,7 @@ def test_a_partial_owned_by_another_user_is_not_resumed(tmp_path, evil, monkeypa
     plant_sidecar(dest, evil.url("/file"))
     real_uid = os.geteuid()
     # the planted file belongs to real_uid; pretend we are someone else
-    monkeypatch.setattr("gpuci.fetch._partial.current_uid", lambda: real_uid + 4242, raising=False)
+    monkeypatch.setattr("gpuci.ownership.current_uid", lambda: real_uid + 4242)
     res = fetch_file(evil.url("/file"), dest, policy=POLICY)
     assert evil.requests("/file")[0].header("Range") is None
     assert dest.read_bytes() == DATA and res.resumed_bytes == 0
@@ -491,7 +491,7 @@ def test_a_url_list_with_a_nul_in_a_destination_is_one_line(tmp_path):
 def test_a_huge_url_list_is_refused(tmp_path):
     (tmp_path / "urls.txt").write_bytes(b"#" * (17 << 20))
     text = cli_one_line(tmp_path, 2, "--url", "@urls.txt")
-    assert "larger than" in text
+    assert "the url list" in text and "is over 16 MiB" in text
 
 
 def test_redirect_error_never_prints_a_header_value(tmp_path, evil):

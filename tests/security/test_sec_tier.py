@@ -20,9 +20,9 @@ from tier_runner import (
 )
 
 import gpuci_testing
+from gpuci import ownership
 from gpuci.cache._save import state as save_module
 from gpuci.cache._save import upload as upload_module
-from gpuci.cache._stores import tier_entry
 from gpuci.cache._stores.tier import LocalTier
 
 WEIGHTS = "model.safetensors"
@@ -156,7 +156,7 @@ def test_a_tier_folder_other_users_can_write_is_not_used_at_all(runner: Runner) 
 
 def test_a_tier_folder_owned_by_another_user_is_not_used(runner: Runner, monkeypatch) -> None:
     good, _ = _saved(runner)  # the tier now holds the true blob, owned by us (root here)
-    monkeypatch.setattr(tier_entry, "current_uid", lambda: 4242)  # now run as someone else
+    monkeypatch.setattr(ownership, "current_uid", lambda: 4242)  # now run as someone else
     got = runner.restore("m", runner.base / "job")
     assert (runner.base / "job" / WEIGHTS).read_bytes() == good
     assert got.outputs["bytes-from-local"] == 0

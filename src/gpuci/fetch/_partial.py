@@ -17,8 +17,8 @@ until checked: both files must be regular files (opened ``O_NOFOLLOW``, so a pla
 is never written or read through), owned by the current user, not writable by group or
 others, and the sidecar must name this URL. Anything else is deleted (``unlink`` removes a
 link, never its target) and the download starts over in a file created ``O_EXCL``, so we
-never append to a file someone else made. :func:`current_uid` is the owner check's notion of
-"us"; tests replace it to play another user.
+never append to a file someone else made. :func:`gpuci.ownership.current_uid` is the owner check's
+notion of "us"; tests replace it to play another user.
 """
 
 from __future__ import annotations
@@ -33,13 +33,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpuci import untrusted_json
+from gpuci import ownership, untrusted_json
 from gpuci.errors import FetchError
 from gpuci.fetch._policy import RangeMismatch
 from gpuci.fetch._urls import public_url
 from gpuci.files import incomplete_path
 from gpuci.hashcursor import HashCursor
-from gpuci.ownership import not_ours_alone
 from gpuci.ranged._extents import merge
 from gpuci.ranged._plan import Segment
 from gpuci.ranged._sink import HelperSink
@@ -51,11 +50,6 @@ _IOV_MAX = 1024
 _WRITE_QUEUE = 16  # batches written or hashed meanwhile: ~16 MiB per download at most
 _MAX_EXTENTS = 1024  # written ranges a sidecar may list (a segmented run has a few dozen)
 _NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def current_uid() -> int:
-    """Who a reusable partial must belong to."""
-    return os.geteuid()
 
 
 def url_key(url: str) -> str:
@@ -85,7 +79,7 @@ class Found:
 
 def _trusted(st: os.stat_result, uid: int) -> bool:
     """Ours alone (:func:`gpuci.ownership.not_ours_alone`): the tier's rule for its blobs."""
-    return not_ours_alone(st, uid) is None
+    return ownership.not_ours_alone(st, uid) is None
 
 
 def _read_meta(meta: Path, uid: int) -> dict[str, Any] | None:
@@ -109,7 +103,7 @@ def inspect(
     dest: Path, url: str, max_bytes: int | None = None, uid: int | None = None
 ) -> Found | None:
     """The resumable partial for ``url`` at ``dest``, or None; reads only (the dry run uses it)."""
-    uid = current_uid() if uid is None else uid
+    uid = ownership.current_uid() if uid is None else uid
     try:
         st = os.lstat(incomplete_path(dest))
     except OSError:
@@ -188,7 +182,7 @@ class Partial:
         self.path = incomplete_path(dest)
         self.meta = meta_path(dest)
         self.url = url
-        self.uid = current_uid() if uid is None else uid
+        self.uid = ownership.current_uid() if uid is None else uid
         self.validator: str | None = None
         self.total: int | None = None
         self._fd: int | None = None

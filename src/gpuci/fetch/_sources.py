@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlsplit
 
-from gpuci import files
+from gpuci import untrusted_json
 from gpuci.errors import FetchError, InputError
 from gpuci.fetch._partial import META, meta_path
 from gpuci.fetch._urls import SCHEMES, check_url, public_url, url_secrets
@@ -133,27 +133,14 @@ def _lines(raw: Sequence[str], base: Path) -> list[tuple[list[str], str]]:
 
 def _read_list(path: Path) -> str:
     """The ``@FILE`` list, read as a regular file only (it may sit in a checkout a PR wrote: a
-    FIFO there would hold ``open`` for ever) and at most :data:`_LIST_MAX` bytes."""
-    try:
-        with open(files.open_regular(path), "rb") as handle:
-            data = handle.read(_LIST_MAX + 1)
-    except OSError as exc:
-        raise InputError(
-            f"cannot read the url list {path}: {exc.strerror or exc}",
-            hint="check the path after '@' (relative to the working directory)",
-        ) from None
-    if len(data) > _LIST_MAX:
-        raise InputError(
-            f"the url list {path} is larger than {_LIST_MAX >> 20} MiB",
-            hint="point '@' at the list of URLs, one 'URL [SHA256|-] [DEST]' per line",
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(
-            f"the url list {path} is not UTF-8 text (byte {exc.start + 1})",
-            hint="save the list as UTF-8; percent-encode odd characters in URLs",
-        ) from None
+    FIFO there would hold ``open`` for ever), at most :data:`_LIST_MAX` bytes of UTF-8."""
+    return untrusted_json.read_input(
+        path,
+        "the url list",
+        "point '@' at a UTF-8 list of URLs, one 'URL [SHA256|-] [DEST]' per line (relative to "
+        "the working directory)",
+        _LIST_MAX,
+    )
 
 
 def _path(text: str, where: str) -> Path:

@@ -46,6 +46,10 @@ class Forbidden(GpuciError):
     """The token may not comment here (a read-only token): reported, then skipped."""
 
 
+class Gone(InputError):
+    """404: what was asked for is not there (a runner deleted, a label removed meanwhile)."""
+
+
 # A forge that asks for more than a minute (GitHub's secondary rate limit) is better answered
 # by failing the step than by holding the runner.
 RETRY_AFTER_CAP = 60.0
@@ -217,6 +221,13 @@ class ApiClient:
         by its own deadline, or ``within``'s when that is sooner."""
         return self._retried(lambda: self._once(method, url, within, **kwargs), method, url)
 
+    def _send_unless_gone(self, method: str, url: str) -> httpx.Response | None:
+        """:meth:`_send`; None when the API answers 404 (deleted already, or never there)."""
+        try:
+            return self._send(method, url)
+        except Gone:
+            return None
+
     def _send_once(self, method: str, url: str, **kwargs: Any) -> httpx.Response:
         """A call that must not be repeated blindly (a POST that creates something)."""
         return self._retried(lambda: self._once(method, url, **kwargs), method, url, repeat=False)
@@ -247,7 +258,7 @@ class ApiClient:
         if code == 403:
             raise Forbidden(f"{self.forbidden_what}: {where}", hint=self.hint_403)
         if code == 404:
-            raise InputError(f"not found: {where}", hint=self.hint_404)
+            raise Gone(f"not found: {where}", hint=self.hint_404)
         raise InputError(f"{self.service} refused the request: {where}", hint="check the inputs")
 
     def _json(self, response: httpx.Response, what: str, kind: type) -> Any:

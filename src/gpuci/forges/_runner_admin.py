@@ -20,7 +20,7 @@ from gpuci import settings
 from gpuci.errors import InfraError, InputError
 from gpuci.forges import _github as gh
 from gpuci.forges._gitlab import GitLabApi
-from gpuci.forges._rest import ApiClient
+from gpuci.forges._rest import ApiClient, Gone
 
 _GITHUB_TOKEN = settings.RUNNER_TOKEN.name
 _GITLAB_TOKEN = settings.GITLAB_TOKEN.name
@@ -80,12 +80,9 @@ class GitHubRunnerLabels(gh.GitHubReader):
 
     def by_id(self, runner_id: int, base: str) -> Runner | None:
         """The runner with id ``runner_id`` under ``base``; None when there is none."""
-        try:
-            response = self._send("GET", f"{base}/actions/runners/{int(runner_id)}")
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return None
-            raise
+        response = self._send_unless_gone("GET", f"{base}/actions/runners/{int(runner_id)}")
+        if response is None:
+            return None
         item = self._json(response, "a runner", dict)
         name = item.get("name")
         if item.get("id") != runner_id or not isinstance(name, str):
@@ -119,8 +116,8 @@ class GitHubRunnerLabels(gh.GitHubReader):
         for base, what in scopes:
             try:
                 runner = self.find(name, base)
-            except InputError as exc:  # 404: a user account, not an organisation
-                if base.startswith("/repos/") or "HTTP 404" not in exc.message:
+            except Gone:  # a user account, not an organisation
+                if base.startswith("/repos/"):
                     raise
                 runner = None
             if runner is not None:
@@ -138,13 +135,7 @@ class GitHubRunnerLabels(gh.GitHubReader):
         """Remove one custom label; False when it is not there (a retried DELETE whose first
         answer was lost, or a label someone removed meanwhile)."""
         url = f"{runner.base}/actions/runners/{runner.runner_id}/labels/{quote(label, safe='')}"
-        try:
-            self._send("DELETE", url)
-        except InputError as exc:
-            if "HTTP 404" in exc.message:
-                return False
-            raise
-        return True
+        return self._send_unless_gone("DELETE", url) is not None
 
     def add_labels(self, runner: Runner, labels: list[str]) -> tuple[str, ...]:
         """Add custom labels; the runner's labels as GitHub answers them."""

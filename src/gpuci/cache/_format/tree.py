@@ -21,6 +21,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuci import untrusted_json
 from gpuci.cache import _layout as layout
 from gpuci.cache._format import manifest
 from gpuci.cache._format.manifest import Entry
@@ -151,7 +152,7 @@ def _add_link(scan: _Scan, index: int, root: Path, rel: str, full: Path) -> None
     except OSError as exc:  # no longer a link (swapped since its lstat), or gone
         scan.skipped.add(f"it changed while the scan looked at it ({exc.strerror})", shown(full))
         return
-    if not _utf8(target):
+    if not untrusted_json.encodes(target):
         scan.skipped.add("a symlink whose target is not UTF-8", shown(full))
         return
     if target.startswith("/"):  # absolute but inside the tree: store it relative
@@ -189,17 +190,9 @@ def _leaving(scan: _Scan, index: int, rel: str, full: Path, target: str) -> None
         scan.followed.append(f"{shown(full)} -> {shown(target)}")
 
 
-def _utf8(name: str) -> bool:
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def _refused_name(scan: _Scan, rel: str, full: Path) -> bool:
     """Whether a name cannot go in a manifest (not UTF-8, or one restore refuses): skipped."""
-    if not _utf8(rel):
+    if not untrusted_json.encodes(rel):
         scan.skipped.add("its name is not UTF-8, which a manifest cannot hold", shown(full))
         return True
     problem = manifest.path_problem(rel)

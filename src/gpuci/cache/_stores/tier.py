@@ -44,13 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from gpuci import ownership
 from gpuci.cache import _layout as layout
-from gpuci.cache._stores import copying, tier_entry
-from gpuci.cache._stores.tier_entry import (
-    FROZEN_MTIME,
-    touch,
-    untrusted,
-)
+from gpuci.cache._stores import copying
+from gpuci.cache._stores.tier_entry import FROZEN_MTIME, touch
 from gpuci.cache._stores.tier_fill import TierFill
 from gpuci.cache._stores.tier_runs import Runs
 from gpuci.errors import InputError
@@ -131,7 +128,7 @@ class LocalTier:
             return
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(self.root)
-        if not stat.S_ISDIR(st.st_mode) or st.st_uid != tier_entry.current_uid():
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != ownership.current_uid():
             raise PermissionError(errno.EPERM, "the local cache folder is not ours", str(self.root))
         if stat.S_IMODE(st.st_mode) & 0o077:
             os.chmod(self.root, 0o700)
@@ -186,7 +183,7 @@ class LocalTier:
 
     # ----- lookups -------------------------------------------------------------------------
     def intact(self, path: Path | str, st: os.stat_result, size: int, repair: bool) -> bool:
-        why = untrusted(st)
+        why = ownership.not_ours_alone(st)
         if why is None and st.st_size != size:
             why = f"{st.st_size} bytes, not {size}"
         if why is None and int(st.st_mtime) != FROZEN_MTIME:

@@ -13,12 +13,10 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
-from gpuci import inputs, settings
-from gpuci.cache._stores import tier_entry
+from gpuci import inputs, ownership, settings
 from gpuci.cache._stores.tier import LocalTier, parse_mode
 from gpuci.cache._stores.tier_policy import TierChoice, choose
 from gpuci.errors import InputError
-from gpuci.ownership import OTHERS_WRITE
 
 __all__ = ["DEFAULT_SIZE", "open_tier", "parse_size", "private_root_problem", "runner_uid"]
 
@@ -97,7 +95,7 @@ def private_root_problem(root: Path, runner: int | None = None) -> str | None:
     not writable by others unless sticky (``/tmp``), so no other user can swap any part of the
     path.
     """
-    uid = tier_entry.current_uid()
+    uid = ownership.current_uid()
     for parent in reversed(root.parents):
         try:
             st = os.lstat(parent)
@@ -107,7 +105,7 @@ def private_root_problem(root: Path, runner: int | None = None) -> str | None:
             return f"{parent} cannot be looked at: {exc.strerror or exc}"
         if st.st_uid not in (0, uid, runner):
             return f"{parent} is owned by uid {st.st_uid}, who could replace the folder"
-        if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        if st.st_mode & ownership.OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
             return f"{parent} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
     try:
         st = os.lstat(root)
@@ -119,6 +117,6 @@ def private_root_problem(root: Path, runner: int | None = None) -> str | None:
         return f"{root} is not a folder"
     if st.st_uid != uid:
         return f"{root} is owned by uid {st.st_uid}, not {uid}"
-    if st.st_mode & OTHERS_WRITE:
+    if st.st_mode & ownership.OTHERS_WRITE:
         return f"{root} can be written by other users (mode {stat.S_IMODE(st.st_mode):o})"
     return None

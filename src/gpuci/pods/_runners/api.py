@@ -56,12 +56,9 @@ def _runner_id(found: Any, service: str) -> int:
 
 def _status(client: ApiClient, url: str) -> str | None:
     """A runner's status as the platform lists it ("busy" when GitHub says so); None: gone."""
-    try:
-        response = client._send("GET", url)
-    except InputError as exc:
-        if "HTTP 404" in exc.message:
-            return None
-        raise
+    response = client._send_unless_gone("GET", url)
+    if response is None:
+        return None
     found = client._json(response, "a runner", dict)
     if found.get("busy") is True:
         return "busy"
@@ -75,14 +72,11 @@ class RunnerBusy(InputError):
 def _delete(client: ApiClient, url: str) -> bool:
     """DELETE ``url``; False when the API says it is already gone (404)."""
     try:
-        client._send("DELETE", url)
+        return client._send_unless_gone("DELETE", url) is not None
     except InputError as exc:
-        if "HTTP 404" in exc.message:
-            return False
         if "HTTP 422" in exc.message and "running a job" in exc.message:
             raise RunnerBusy(exc.message, hint="it is deleted once its job is over") from None
         raise
-    return True
 
 
 class GitHubRunners(gh.GitHubReader):

@@ -128,10 +128,6 @@ class Unreachable(Exception):
         self.detail = str(exc)[:300]
 
 
-class BadAnswer(Exception):
-    """An answer no HTTP server may send (not retried); the message says what was wrong."""
-
-
 class Redirected(Exception):
     """S3 sent the request elsewhere and following it is not safe or did not help."""
 
@@ -191,7 +187,7 @@ class RestClient:
         came back, Redirected when S3 sent it elsewhere and that cannot be followed.
 
         With ``limit``, at most ``limit + 1`` bytes of the body are read (the caller words a
-        longer one); without, an answer over :data:`CONTROL_CAP` is a BadAnswer. The whole call,
+        longer one); without, an answer over :data:`CONTROL_CAP` is a BadResponse. The whole call,
         retries included, ends by ``until`` (default: the operation limit for the body sent).
         ``headers`` go out unsigned (``If-None-Match``), ``amz`` signed (``x-amz-copy-source``);
         ``unsigned`` sends a presigned URL with an unsigned payload, as boto3 does over HTTPS:
@@ -211,18 +207,15 @@ class RestClient:
                     method, key, bytes(body), query, amz=amz, until=until
                 )
             sent = body if body or method in ("PUT", "POST") else None
-            try:
-                status, answer, data = self.pool.exchange(
-                    method,
-                    url,
-                    {**signed, **(headers or {})},
-                    sent,
-                    cap,
-                    until,
-                    cut=limit is not None,
-                )
-            except BadResponse as exc:
-                raise BadAnswer(str(exc)) from None
+            status, answer, data = self.pool.exchange(
+                method,
+                url,
+                {**signed, **(headers or {})},
+                sent,
+                cap,
+                until,
+                cut=limit is not None,
+            )
             return Reply(status, answer, data)
 
         before = self.presigner.address
@@ -292,7 +285,7 @@ class RestClient:
         """ListObjectsV2 under ``prefix`` (the full key prefix), page by page, each page parsed
         and handed on before the next is asked for; at most :data:`MAX_LISTING_PAGES` pages,
         :data:`MAX_LISTING_KEYS` keys and :data:`MAX_LISTING_KEY_BYTES` of names, within one
-        operation's time limit (BadAnswer past a cap). A page that is not 200 is yielded as a
+        operation's time limit (BadResponse past a cap). A page that is not 200 is yielded as a
         Reply (no entries) and ends the listing: the caller words the error."""
         token = ""
         seen: set[str] = set()
@@ -306,12 +299,12 @@ class RestClient:
             if reply.status != 200:
                 raise ListingRefused(reply)
             if len(reply.body) > MAX_LISTING_PAGE:
-                raise BadAnswer(f"a listing page is over {MAX_LISTING_PAGE >> 20} MiB")
+                raise BadResponse(f"a listing page is over {MAX_LISTING_PAGE >> 20} MiB")
             entries, token = parse_listing(reply.body)
             keys += len(entries)
             names += sum(len(e.key) for e in entries)
             if keys > MAX_LISTING_KEYS or names > MAX_LISTING_KEY_BYTES:
-                raise BadAnswer(
+                raise BadResponse(
                     f"the listing has over {min(keys, MAX_LISTING_KEYS):,} keys "
                     f"({names >> 20} MiB of names; at most {MAX_LISTING_KEYS:,} keys and "
                     f"{MAX_LISTING_KEY_BYTES >> 20} MiB are read)"
@@ -320,9 +313,9 @@ class RestClient:
             if not token:
                 return
             if token in seen:
-                raise BadAnswer("the listing repeats a continuation token")
+                raise BadResponse("the listing repeats a continuation token")
             seen.add(token)
-        raise BadAnswer(f"the listing goes on past {MAX_LISTING_PAGES:,} pages")
+        raise BadResponse(f"the listing goes on past {MAX_LISTING_PAGES:,} pages")
 
 
 class ListingRefused(Exception):
@@ -360,7 +353,7 @@ def parse_listing(body: bytes) -> tuple[list[Listed], str]:
     truncated = page.top.get("IsTruncated", "").strip().lower() == "true"
     token = page.top.get("NextContinuationToken", "") if truncated else ""
     if truncated and not token:
-        raise BadAnswer("a truncated listing names no continuation token")
+        raise BadResponse("a truncated listing names no continuation token")
     return entries, token
 
 
@@ -374,7 +367,7 @@ def parse_xml(
     """Feed a store's XML answer to the three callbacks through expat, the C parser itself (no
     ElementTree to import), with every DTD and entity declaration refused: no entity
     expansion, no external fetch, so a page of 8 MiB stays 8 MiB in memory. Element names come
-    as ``namespace}local``. Raises BadAnswer naming ``what`` for a declaration or bad XML."""
+    as ``namespace}local``. Raises BadResponse naming ``what`` for a declaration or bad XML."""
     from xml.parsers import expat
 
     parser = expat.ParserCreate(namespace_separator="}")
@@ -389,11 +382,11 @@ def parse_xml(
     try:
         parser.Parse(body, True)
     except expat.ExpatError as exc:
-        raise BadAnswer(f"{what} is not valid XML ({exc})") from None
+        raise BadResponse(f"{what} is not valid XML ({exc})") from None
 
 
 def _refuse_declarations(*_: object) -> None:
-    raise BadAnswer("a listing declares a DTD or entities")
+    raise BadResponse("a listing declares a DTD or entities")
 
 
 class _ListingPage:
@@ -410,12 +403,12 @@ class _ListingPage:
     def start(self, name: str, _attrs: object) -> None:
         local = name.rpartition("}")[2]
         if not self._stack and local != "ListBucketResult":
-            raise BadAnswer(f"a listing's root is <{local[:40]}>, not <ListBucketResult>")
+            raise BadResponse(f"a listing's root is <{local[:40]}>, not <ListBucketResult>")
         self._stack.append(local)
         self._text.clear()
         if len(self._stack) == 2 and local == "Contents":
             if len(self.raw) >= MAX_PAGE_ENTRIES:
-                raise BadAnswer(f"a listing page has over {MAX_PAGE_ENTRIES:,} entries")
+                raise BadResponse(f"a listing page has over {MAX_PAGE_ENTRIES:,} entries")
             self._item = {}
 
     def end(self, _name: str) -> None:
@@ -445,7 +438,7 @@ def _listed(key: str, size: str, modified: str, etag: str, *, encoded: bool) -> 
             raise ValueError("no Key")
         return Listed(unquote_plus(key) if encoded else key, count(size), _iso_time(modified), etag)
     except ValueError:
-        raise BadAnswer(
+        raise BadResponse(
             f"a listing entry has no readable Key, Size or LastModified ({key[:80]!r})"
         ) from None
 

@@ -201,7 +201,8 @@ def parse_uploads(body: bytes) -> tuple[list[tuple[str, str, float]], tuple[str,
     ListMultipartUploads answer; markers empty on the last page. Parsed as listings are:
     expat, DTDs and entities refused, at most :data:`MAX_PAGE_ENTRIES` uploads a page; an
     upload whose time cannot be read gets UNKNOWN_MODIFIED (never old enough)."""
-    from gpuci.cache._stores.s3.client import MAX_PAGE_ENTRIES, BadAnswer, _iso_time, parse_xml
+    from gpuci.cache._stores.s3.client import MAX_PAGE_ENTRIES, _iso_time, parse_xml
+    from gpuci.cache._stores.s3.transport import BadResponse
 
     top: dict[str, str] = {}
     items: list[dict[str, str]] = []
@@ -213,7 +214,7 @@ def parse_uploads(body: bytes) -> tuple[list[tuple[str, str, float]], tuple[str,
         text.clear()
         if path == ["ListMultipartUploadsResult", "Upload"]:
             if len(items) >= MAX_PAGE_ENTRIES:
-                raise BadAnswer(f"a multipart listing page has over {MAX_PAGE_ENTRIES:,} uploads")
+                raise BadResponse(f"a multipart listing page has over {MAX_PAGE_ENTRIES:,} uploads")
             items.append({})
 
     def end(_name: str) -> None:

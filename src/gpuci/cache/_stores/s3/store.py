@@ -21,7 +21,6 @@ from urllib.parse import quote
 from gpuci.cache._stores.base import ObjectInfo, RangeReader, Store
 from gpuci.cache._stores.s3 import config, network, ranged, signer
 from gpuci.cache._stores.s3.client import (
-    BadAnswer,
     ListingRefused,
     Redirected,
     Reply,
@@ -38,7 +37,7 @@ from gpuci.cache._stores.s3.multipart import (
     upload_id_of,
 )
 from gpuci.cache._stores.s3.pool import Pool, Stop
-from gpuci.cache._stores.s3.transport import count
+from gpuci.cache._stores.s3.transport import BadResponse, count
 
 __all__ = ["S3Store"]
 
@@ -86,7 +85,7 @@ class S3Store(S3Errors, Store):
             return self._rest.call(method, self.prefix + key if key else "", **kwargs)
         except Unreachable as exc:
             raise self._unreachable(exc.name, exc.detail) from None
-        except BadAnswer as exc:
+        except BadResponse as exc:
             raise self._bad_answer(op, key, str(exc)) from None
         except Redirected as exc:
             raise self._redirected(exc, op, key, operation) from None
@@ -183,7 +182,7 @@ class S3Store(S3Errors, Store):
             raise self._coded_error(exc.reply.code, exc.reply.message, "list", prefix) from None
         except Unreachable as exc:
             raise self._unreachable(exc.name, exc.detail) from None
-        except BadAnswer as exc:
+        except BadResponse as exc:
             raise self._bad_answer("list", prefix, str(exc)) from None
         except Redirected as exc:
             raise self._redirected(exc, "list", prefix, "") from None

@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from gpuci.cache._stores.s3.network import Limits, Route
+from gpuci.units import cap_text
 
 if TYPE_CHECKING:
     import ssl
@@ -196,14 +197,16 @@ _MAXLINE: int = http.client._MAXLINE  # type: ignore[attr-defined]  # private, n
 _MAXHEADERS: int = http.client._MAXHEADERS  # type: ignore[attr-defined]  # private, not in typeshed
 
 
-def _skip_header_block(fp, what: str) -> None:
-    for _ in range(_MAXHEADERS + 1):
+def _skip_header_block(fp, what: str, most: int = _MAXHEADERS) -> None:
+    """Read past header lines (an interim answer's, a chunked body's trailers) to the blank
+    line that ends them: at most ``most`` of them, each at most ``_MAXLINE`` bytes."""
+    for _ in range(most + 1):
         line = fp.readline(_MAXLINE + 1)
         if len(line) > _MAXLINE:
-            raise http.client.LineTooLong(what)
+            raise http.client.LineTooLong(f"{what} line")
         if line in (b"\r\n", b"\n", b""):
             return
-    raise http.client.HTTPException(f"more than {_MAXHEADERS} {what} lines")
+    raise http.client.HTTPException(f"more than {most} {what} lines")
 
 
 class BadHeader(http.client.HTTPException):
@@ -236,13 +239,7 @@ class _Response(http.client.HTTPResponse):
         raise http.client.HTTPException(f"more than {_MAX_INTERIM} interim (1xx) answers")
 
     def _read_and_discard_trailer(self) -> None:
-        for _ in range(_MAX_TRAILERS):
-            line = self.fp.readline(_MAXLINE + 1)
-            if len(line) > _MAXLINE:
-                raise http.client.LineTooLong("trailer line")
-            if line in (b"\r\n", b"\n", b""):
-                return
-        raise http.client.HTTPException(f"more than {_MAX_TRAILERS} trailer lines")
+        _skip_header_block(self.fp, "trailer", _MAX_TRAILERS)
 
 
 def _tune(sock: socket.socket, timeout: float) -> None:
@@ -368,14 +365,10 @@ def read_capped(resp: http.client.HTTPResponse, cap: int, cut: bool = False) -> 
         if len(out) > cap:
             if cut:
                 return bytes(out[:cap])
-            raise TooLarge(f"an answer over {_size(cap)}")
+            raise TooLarge(f"an answer over {cap_text(cap)}")
     if resp.length:  # closed before Content-Length
         raise http.client.IncompleteRead(bytes(out[:0]), resp.length)
     return bytes(out)
-
-
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
 
 
 # ----- ranged bodies --------------------------------------------------------------------------
