@@ -237,6 +237,47 @@ def test_an_s3_whole_size_file_over_the_budget_is_sent_verified(
     _refused_as_changed(s3_store, src, env, hashed)
 
 
+def test_a_pack_on_its_way_when_a_file_is_refused_as_changed_reports_the_file(
+    s3_store, env, tmp_path, monkeypatch
+):
+    """The refusal stops the store's requests, a pack's PUT on its way with them. The save
+    raised that PUT's Interrupted ("the store's requests were stopped": a traceback, the
+    save's failure unsaid) in place of the file that changed (once in a loaded rerun)."""
+    hashed = _rewritten_after_hashing(monkeypatch)
+    put = upload.put_content
+
+    def pack_once_the_file_is_refused(store, key: str, data: bytes) -> None:
+        if key.startswith("packs/"):
+            assert store.pool.stop.wait(30), "the refused file did not stop the store's requests"
+        put(store, key, data)
+
+    monkeypatch.setattr(upload, "put_content", pack_once_the_file_is_refused)
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(3 << 20), "a.json": "{}\n"})
+    _refused_as_changed(s3_store, src, env, hashed)
+
+
+@pytest.mark.parametrize("stopped", ["blobs/", "packs/"])
+def test_requests_stopped_with_no_cause_recorded_end_the_save_in_one_line(
+    s3_store, env, tmp_path, monkeypatch, stopped
+):
+    """What stops a save's requests records why (a file refused, a part failed for good) or is
+    a Ctrl-C. Stopped with no cause (a bug), a blob's or a pack's PUT is refused: the save
+    fails in one line saying the key was not moved, not with an Interrupted's traceback."""
+    put = upload.put_content
+
+    def stop_first(store, key: str, data: bytes) -> None:
+        if key.startswith(stopped):
+            store.pool.stop.set()
+        put(store, key, data)
+
+    monkeypatch.setattr(upload, "put_content", stop_first)
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(3 << 20), "a.json": "{}\n"})
+    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert not saved.ok
+    assert "were stopped" in saved.headline and "\n" not in saved.headline, saved.headline
+    assert not [k for k in s3_store.object_keys() if k.startswith(("refs/", "manifests/"))]
+
+
 def _one_file_saved_and_restored(store: StoreCase, tmp_path: Path, env, size: int) -> None:
     """A tree of one file of ``size`` random bytes is saved as one blob and restored whole."""
     src = tmp_path / "src"

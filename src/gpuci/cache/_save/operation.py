@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, NoReturn
 
 from gpuci import journal
 from gpuci.cache import _layout as layout
@@ -34,7 +34,7 @@ from gpuci.cache._stores.base import Store
 from gpuci.cache._stores.tier_open import open_tier
 from gpuci.cache._stores.tier_policy import TierChoice, choose
 from gpuci.cache.options import SaveInputs
-from gpuci.errors import ConflictError, InputError
+from gpuci.errors import ConflictError, InputError, StoreError
 from gpuci.retry import Interrupted
 from gpuci.runtime import Runtime
 from gpuci.units import human_bytes
@@ -325,21 +325,18 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
         pack_small(saver, tree, small, known, rt.dry_run)
         read = blobs.read()
     except BaseException as exc:
-        blobs.cancel()  # the store's requests in flight end now (a Ctrl-C waits on none)
-        try:
-            blobs.finish(interrupted=not isinstance(exc, Exception))
-        except BaseException as failed:  # the packs' failure (or Ctrl-C) stays the one raised,
-            if isinstance(exc, Interrupted) and not isinstance(failed, Interrupted):
-                raise failed from None  # unless a blob's failure stopped the packs: its cause
-        raise
+        _packs_failed(saver, blobs, exc)
     # Every file is read and named: the tier's copies start now, beside the last parts, the
     # uploads' completion and the publish, instead of after the ref (0.5 s of a 5 s save).
     fill = saver.fill_tier_beside(tree, files) if read and not rt.dry_run else None
     try:
         blobs.finish()
     except BaseException as exc:
-        _settle(saver, fill, exc)
-        raise
+        failed = _no_cause(saver) if isinstance(exc, Interrupted) else exc
+        _settle(saver, fill, failed)
+        if failed is exc:
+            raise
+        raise failed from exc
     manifest = mf.Manifest(
         key=saver.key,
         roots=tree.roots,
@@ -349,6 +346,39 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
     )
     unchanged = current_manifest is not None and manifest.same_tree(current_manifest)
     return _Planned(manifest, unchanged, fill)
+
+
+def _packs_failed(saver: Saver, blobs: BlobUploads, exc: BaseException) -> NoReturn:
+    """The packs failed or were interrupted: stop the uploads (the store's requests in flight
+    end now; a Ctrl-C waits on none) and raise the save's failure. The packs' own failure, or
+    a Ctrl-C, stays the one raised. A pack refused by the store's stop flag (Interrupted, a
+    BaseException, not a Ctrl-C) was stopped by a blob's failure: that is the one raised, the
+    uploads then waited for as a failed save's are. Taken for a Ctrl-C, it ended the save as
+    the pack's "requests were stopped", a traceback, the changed file unsaid."""
+    blobs.cancel()
+    stopped = isinstance(exc, Interrupted)
+    failed: BaseException | None = None
+    try:
+        blobs.finish(interrupted=not (stopped or isinstance(exc, Exception)))
+    except BaseException as caught:
+        failed = caught
+    if not stopped:
+        raise exc
+    if failed is not None and not isinstance(failed, Interrupted):
+        raise failed from None
+    raise _no_cause(saver) from exc
+
+
+def _no_cause(saver: Saver) -> StoreError:
+    """The save's requests were stopped, yet no failure was recorded as the cause and no
+    Ctrl-C came (a bug): one line that says the save did not finish and the key was not
+    moved, never an Interrupted's traceback, which no ``except Exception`` catches."""
+    return StoreError(
+        f"the save of {refs.escape(saver.key)} did not finish: its requests to "
+        f"{saver.store.url} were stopped, with no failure recorded as the cause; "
+        "the key was not moved",
+        hint="run the save again; if it recurs, rerun with GPUCI_DEBUG=1 and report it",
+    )
 
 
 def _publish(
