@@ -34,7 +34,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 MiB = 1 << 20
@@ -64,9 +66,34 @@ class Stats:
     up_bytes: int = 0
     down_bytes: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    # Forwards under way: their bytes may be the reader's before they are counted.
+    forwarding: int = 0
+
+    def __post_init__(self) -> None:
+        self.quiet = threading.Condition(self.lock)
+
+    def counted(self, up: bool, forward: Callable[[], int]) -> None:
+        """``forward()`` (it returns the bytes it moved), counted before :meth:`snapshot` can
+        read the counts again: a client that has its response reads a count that holds it."""
+        with self.lock:
+            self.forwarding += 1
+        moved = 0
+        try:
+            moved = forward()
+        finally:
+            with self.lock:
+                if up:
+                    self.up_bytes += moved
+                else:
+                    self.down_bytes += moved
+                self.forwarding -= 1
+                self.quiet.notify_all()
 
     def snapshot(self) -> dict[str, int]:
-        with self.lock:
+        """The counts once no forward is under way (a hung-up peer ends one at once; 60 s is
+        for a peer connected and not reading)."""
+        with self.quiet:
+            self.quiet.wait_for(lambda: not self.forwarding, timeout=60)
             return {
                 "connections": self.connections,
                 "active": self.active,
@@ -148,16 +175,9 @@ class _Link:
                     with contextlib.suppress(OSError):
                         dst.shutdown(socket.SHUT_WR)
                     return
-                left = got
-                while left:
-                    left -= os.splice(read_end, dst.fileno(), left)
+                stats.counted(up, partial(self._forward, read_end, dst, got))
                 if up:
                     self.request_at = time.monotonic()  # latency counts from the last byte
-                with stats.lock:
-                    if up:
-                        stats.up_bytes += got
-                    else:
-                        stats.down_bytes += got
                 pacer.after(got)
         except OSError:
             with contextlib.suppress(OSError):
@@ -166,6 +186,14 @@ class _Link:
             os.close(read_end)
             os.close(write_end)
             self._finish()
+
+    @staticmethod
+    def _forward(read_end: int, dst: socket.socket, count: int) -> int:
+        """Move ``count`` bytes from the pipe into ``dst``; returns ``count``."""
+        left = count
+        while left:
+            left -= os.splice(read_end, dst.fileno(), left)
+        return count
 
     def _up(self) -> None:
         self._pump(self.client, self.server, up=True)

@@ -156,6 +156,40 @@ def test_wanproxy_paces_each_connection_and_delays_every_response():
     assert stats["down_bytes"] == 2 * len(body) and stats["up_bytes"] == 8
 
 
+def test_wanproxy_counts_every_byte_its_client_already_read(monkeypatch):
+    """A pump counts a forward after it returns, and the client may have read those bytes
+    long before that on a busy machine: a snapshot waits for the pump (else the count read
+    short, as the fetch bench's server count did in fresh62)."""
+    body = bytes(range(256)) * 400
+    upstream = _Responder(body)
+    upstream.start()
+    sent, release = [0], threading.Event()
+    forward = wanproxy._Link._forward
+
+    def late(read_end: int, dst: socket.socket, count: int) -> int:
+        moved = forward(read_end, dst, count)
+        if dst.getpeername() == mine:  # toward the client: held once all of it went
+            sent[0] += moved
+            if sent[0] == len(body):
+                release.wait(60)
+        return moved
+
+    monkeypatch.setattr(wanproxy._Link, "_forward", staticmethod(late))
+    read: list[dict[str, int]] = []
+    with (
+        wanproxy.ShapingProxy(upstream.address, 0, 0) as proxy,  # no pacing, no latency
+        socket.create_connection(("127.0.0.1", proxy.port)) as conn,
+    ):
+        mine = conn.getsockname()
+        assert _exchange(conn, len(body))[2] == body
+        reader = threading.Thread(target=lambda: read.append(proxy.stats.snapshot()))
+        reader.start()
+        reader.join(0.5)  # it waits for the held forward
+        release.set()
+        reader.join(60)
+    assert read[0]["down_bytes"] == len(body) and read[0]["up_bytes"] == 4
+
+
 def test_wanproxy_parse_wan_refuses_nonsense():
     assert wanproxy.parse_wan("16,30") == (16.0, 30.0)
     for bad in ("16", "a,b", "-1,30", "16,30,1"):

@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -99,6 +100,10 @@ class FaultyServer(LoopbackHTTPServer):
         self.rate = rate
         self.latency = latency
         super().__init__(_handler_for(self))
+        # Writes under way: their bytes may already be the client's before they are counted
+        # (a download returns while its server's thread still waits to add the last count).
+        self.writing = 0
+        self.quiet = threading.Condition(self.lock)
 
     # ----- setup ---------------------------------------------------------------------------
     def add(self, path: str, data: bytes | None = None, file: Path | None = None, **kw) -> Entry:
@@ -115,9 +120,28 @@ class FaultyServer(LoopbackHTTPServer):
 
     # ----- what happened ---------------------------------------------------------------------
     def served(self, path: str | None = None) -> int:
-        """Body bytes actually written to sockets (for ``path``, or in all)."""
-        with self.lock:
+        """Body bytes actually written to sockets (for ``path``, or in all), once no write is
+        under way: a client that returned may hold bytes whose write has not been counted yet
+        (on a busy machine its thread runs late). A client that hung up ends every write to it,
+        so the wait is bounded; 60 s is for a write to a client still connected and idle."""
+        with self.quiet:
+            self.quiet.wait_for(lambda: not self.writing, timeout=60)
             return sum(r.body_bytes for r in self.requests if path in (None, r.path))
+
+    def counted(self, req: Request, write: Callable[[], int]) -> int:
+        """``write()`` (it returns the bytes it wrote), counted to ``req`` before
+        :meth:`served` can read the count again."""
+        with self.lock:
+            self.writing += 1
+        wrote = 0
+        try:
+            wrote = write()
+        finally:
+            with self.lock:
+                req.body_bytes += wrote
+                self.writing -= 1
+                self.quiet.notify_all()
+        return wrote
 
     def gets(self, path: str | None = None) -> list[Request]:
         with self.lock:
@@ -255,9 +279,8 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 limit = min(limit, fault.drop_after)
             if fault.chunked:  # one chunk, then the last: a clean end, whatever the length said
                 data = self._read(entry, start, limit)
-                self.wfile.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data))
-                with server.lock:
-                    req.body_bytes += len(data)
+                framed = b"%x\r\n%s\r\n0\r\n\r\n" % (len(data), data)
+                self._write(req, framed, counts=len(data))
                 return
             self._send(req, entry, payload, start, limit, fault)
             if fault.close_delimited or (fault.drop_after is not None and limit < end - start + 1):
@@ -267,6 +290,15 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 except OSError:
                     pass  # the client hung up first (a segment ended there)
                 self.close_connection = True
+
+        def _write(self, req: Request, data: bytes | memoryview, counts: int | None = None) -> int:
+            """Send ``data``, counted to ``req`` as ``counts`` bytes (its length by default)."""
+
+            def write() -> int:
+                self.wfile.write(data)
+                return len(data) if counts is None else counts
+
+            return server.counted(req, write)
 
         @staticmethod
         def _read(entry: Entry, start: int, count: int) -> bytes:
@@ -314,17 +346,12 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     with open(entry.file, "rb") as handle:
                         sent = 0
                         while sent < count:
-                            n = os.sendfile(
-                                self.connection.fileno(),
-                                handle.fileno(),
-                                start + sent,
-                                count - sent,
-                            )
+                            out, src = self.connection.fileno(), handle.fileno()
+                            send = partial(os.sendfile, out, src, start + sent, count - sent)
+                            n = server.counted(req, send)
                             if n == 0:
                                 break
                             sent += n
-                            with server.lock:
-                                req.body_bytes += n
                     return
                 data = payload if payload is not None else self._read(entry, start, count)
                 data = data[start : start + count] if payload is not None else data
@@ -333,9 +360,7 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                 view = memoryview(data)
                 for pos in range(0, len(view), 1 << 16):
                     chunk = view[pos : pos + (1 << 16)]
-                    self.wfile.write(chunk)
-                    with server.lock:
-                        req.body_bytes += len(chunk)
+                    self._write(req, chunk)
             except (BrokenPipeError, ConnectionResetError):
                 self.close_connection = True
 
@@ -361,10 +386,7 @@ def _handler_for(server: FaultyServer) -> type[BaseHTTPRequestHandler]:
                     data = self._read(entry, start + sent, n)
                 if corrupt and sent == 0:
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
-                self.wfile.write(data)
-                sent += n
-                with server.lock:
-                    req.body_bytes += n
+                sent += self._write(req, data, counts=n)
                 ahead = began + sent / rate - time.monotonic()
                 if ahead > 0:
                     time.sleep(ahead)

@@ -168,3 +168,34 @@ def test_kill_minus_9_early_keeps_what_was_written(tmp_path):
         assert again < len(big) - found.size + (2 << 20), (again, found.size)
         assert again < len(big)
         assert res.resumed_bytes >= found.size
+
+
+# ----- (e) the server's count: bytes the client already holds are counted when it is read -------
+def test_served_waits_for_a_write_the_client_already_read(tmp_path, policy, monkeypatch):
+    """The download returns once its last bytes arrived; the server's thread adds them to its
+    count after its write returns, which on a busy machine comes later (fresh62: the bench
+    read 49,676,288 of 67,108,864 bytes served). Held here until the count is asked for."""
+    source = tmp_path / "source.bin"
+    source.write_bytes(BIG)
+    wrote_last, release = threading.Event(), threading.Event()
+    sendfile = os.sendfile
+
+    def late(out: int, in_fd: int, offset: int, count: int) -> int:
+        n = sendfile(out, in_fd, offset, count)
+        if offset + n >= len(BIG):  # the client can read every byte now
+            wrote_last.set()
+            release.wait(60)
+        return n
+
+    monkeypatch.setattr(os, "sendfile", late)
+    with FaultyServer() as srv:
+        srv.add("/big", file=source)
+        fetch_file(srv.url("/big"), tmp_path / "o", BIG_SHA, policy=replace(policy, connections=1))
+        assert wrote_last.is_set()
+        read: list[int] = []
+        reader = threading.Thread(target=lambda: read.append(srv.served("/big")))
+        reader.start()
+        reader.join(0.5)  # it waits for the held write (without the wait it read the short count)
+        release.set()
+        reader.join(60)
+    assert read == [len(BIG)]

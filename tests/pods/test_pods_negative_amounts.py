@@ -64,7 +64,8 @@ def test_a_negative_reservation_in_the_ledger_does_not_lower_spending(fake, run,
     _put(book, key, {"owner": "tester", "costPerHr": -100.0, "untilEpoch": until})
     assert book.reservations("tester")[0][0].remaining(clock.now()) == 0.0
     res = run("up", **H100, budget_usd="5")
-    assert res.code == 1 and "would pass budget $5.00" in res.json["headline"], res.stdout
+    asked = [(r.method, r.path, r.status) for r in fake.requests]
+    assert res.code == 1 and "would pass budget $5.00" in res.json["headline"], (res.stdout, asked)
     assert fake.calls("POST", "/v2/pods") == []
 
 

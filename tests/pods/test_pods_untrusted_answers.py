@@ -5,12 +5,14 @@ read only up to a cap, whatever length it claims, and parsed through ``untrusted
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from pods_testing import refused_answer
+from pods_testing import FakeClock, refused_answer
 
 from gpuci.pods._runpod import client as client_mod
 from gpuci.pods._runpod.client import RunPodClient, RunPodError
@@ -54,6 +56,47 @@ def test_a_hostile_json_answer_is_one_line_never_a_traceback(text, why):
     err = refused_answer("pods", handler=lambda request: httpx.Response(200, content=data))
     assert "no usable JSON" in err.message and "\n" not in err.message
     assert why in err.message
+
+
+@pytest.mark.parametrize("status, body", [(200, b""), (200, b" \r\n"), (204, b"")])
+def test_an_empty_answer_is_named_as_empty_not_as_bad_json(status, body):
+    """An answer with no body says so (fresh62's billing answer read "not valid JSON
+    (Expecting value at line 1)", which is what an empty body gives, and did not say it)."""
+    err = refused_answer("billing", handler=lambda request: httpx.Response(status, content=body))
+    assert f"HTTP {status} with an empty body, no JSON" in err.message, err.message
+    assert "Expecting value" not in err.message and err.exit_code == 3
+
+
+def test_a_body_that_is_not_json_names_its_status_and_size():
+    err = refused_answer("billing", handler=lambda request: httpx.Response(200, content=b"<html>"))
+    assert (
+        "no usable JSON (it is not valid JSON (Expecting value at line 1); HTTP 200, 6 bytes)"
+        in (err.message)
+    ), err.message
+
+
+def test_an_answer_cut_short_is_retried_never_read_as_bad_json():
+    """A body that ends before its Content-Length (the connection closed under it) is a
+    transport failure, retried; only a whole body is judged as JSON."""
+    whole = b'{"records": []}'
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(whole)
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        for answer in (head + whole[:5], head + whole):
+            conn, _ = listener.accept()
+            with conn:
+                asked = b""
+                while b"\r\n\r\n" not in asked and (got := conn.recv(65536)):
+                    asked += got
+                conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    clock = FakeClock()
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    with listener, RunPodClient("rpa_test", url, clock=clock) as client:
+        assert client.pod_billing("a", "b") == []
+    assert len(clock.sleeps) == 1  # one retry's wait
 
 
 def test_a_hostile_error_body_still_names_the_status():

@@ -86,7 +86,8 @@ def test_up_walks_candidates_in_order_and_waits_for_running(fake, run, clock, en
     assert res.outputs["url"] == f"https://{pod_id}-8000.proxy.runpod.net"
     assert res.outputs["gpu-type"] == "NVIDIA H100 80GB HBM3"
     assert len(fake.calls("GET", f"/v2/pods/{pod_id}")) == 2  # STARTING, RUNNING
-    assert clock.sleeps == [5.0]
+    # one poll's wait; a retry's (1-2 s) would mean a request failed: the list shows which
+    assert clock.sleeps == [5.0], [(r.method, r.path, r.status) for r in fake.requests]
     book = ledger.Ledger.open(env["GPUCI_PODS_LEDGER"], env).book()
     assert book[pod_id].owner == "alice" and book[pod_id].events[0]["event"] == "created"
     assert (

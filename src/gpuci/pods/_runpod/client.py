@@ -201,10 +201,15 @@ def _shape_error(what: str, found: str) -> RunPodError:
 
 def _json(response: httpx.Response, what: str) -> Any:
     """The answer's JSON through :mod:`gpuci.untrusted_json` (nesting, numbers, UTF-8)."""
+    body = response.content
+    if not body or body.isspace():  # said as such: "not valid JSON (Expecting value)" hides it
+        raise _shape_error(what, f"HTTP {response.status_code} with an empty body, no JSON")
     try:
-        return untrusted_json.loads(response.content, finite=True)
+        return untrusted_json.loads(body, finite=True)
     except untrusted_json.Unusable as exc:
-        raise _shape_error(what, f"no usable JSON ({exc})") from None
+        raise _shape_error(
+            what, f"no usable JSON ({exc}; HTTP {response.status_code}, {len(body):,} bytes)"
+        ) from None
 
 
 def _seen(value: Any) -> str:
