@@ -9,9 +9,11 @@ import heapq
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from gpuci import settings
+from gpuci.dryrun._bounds import Loaded, PlanBounds
 from gpuci.dryrun._contexts import (
     PLAN_FUNCTIONS,
     evaluate_text,
@@ -31,16 +33,18 @@ from gpuci.dryrun._expressions import (
     to_number,
     to_text,
 )
-from gpuci.dryrun._workflow import trigger_mapping
+from gpuci.dryrun._workflow import load_local_workflow, own_workflow, trigger_mapping
 from gpuci.redact import clip
 
 __all__ = [
     "JobState",
+    "Refusal",
     "call_outputs",
     "callee_secrets",
     "cond_text",
     "cond_values",
     "docker_notes",
+    "find_callee",
     "inputs_context",
     "job_legs",
     "job_title",
@@ -48,6 +52,7 @@ __all__ = [
     "needs_order",
     "nothing_failed",
     "plan_condition",
+    "refusals",
     "skipped_context",
     "string_if",
     "worst_outcome",
@@ -130,6 +135,56 @@ def string_if(cond: Any, where: str) -> str:
         f"if: {clip(repr(cond), 200)} in {where} mixes text and ${{{{ }}}}: GitHub reads it as "
         f"a string, {truth}; put the whole condition inside one ${{{{ }}}} (or drop the ${{{{ }}}})"
     )
+
+
+Refusal = tuple[str, str, tuple[str, str]]  # (job, uses, (a few words, the bad-input line))
+
+
+def find_callee(
+    bounds: PlanBounds,
+    workspace: Path,
+    uses: str,
+    contexts: Mapping[str, Any],
+    job: str,
+    depth: int,
+) -> tuple[Loaded | None, str | None, tuple[str, str] | None]:
+    """The local workflow ``job`` calls (None: remote or missing), ``./<path>`` when it names
+    this repository's own by its full name, and why GitHub refuses the call, if it does
+    (:meth:`PlanBounds.refusal`)."""
+    github = contexts.get("github")
+    own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
+    local = own or (uses if uses.startswith("./") else None)
+    found = bounds.read(load_local_workflow, workspace, local, f"job {job}") if local else None
+    return found, own, bounds.refusal(found[0] if found else None, uses, job, depth)
+
+
+def refusals(
+    bounds: PlanBounds,
+    workspace: Path,
+    uses: str,
+    contexts: Mapping[str, Any],
+    job: str,
+    depth: int,
+) -> list[Refusal]:
+    """Why GitHub refuses a run whose ``job`` calls ``uses``, though the job never runs here (a
+    false ``if:``): it reads every workflow a run calls when it creates the run, before any
+    ``if:``, and refuses a cycle or a chain too deep. The jobs of a local callee are walked,
+    each counted, their steps never planned."""
+    found, _, refused = (
+        find_callee(bounds, workspace, uses, contexts, job, depth) if uses else (None,) * 3
+    )
+    if refused is not None:
+        return [(job, uses, refused)]
+    out: list[Refusal] = []
+    if found is not None:
+        with bounds.inside(found[0], uses):
+            for inner, body in found[1]["jobs"].items():  # a mapping: load_local_workflow
+                bounds.count(1, f"job {job}/{inner}")
+                inner_uses = str(body.get("uses") or "") if isinstance(body, dict) else ""
+                out += refusals(
+                    bounds, workspace, inner_uses, contexts, f"{job}/{inner}", depth + 1
+                )
+    return out
 
 
 def skipped_context() -> dict[str, Any]:

@@ -28,11 +28,13 @@ from gpuci.dryrun._contexts import (
 from gpuci.dryrun._expressions import Partial, Unknown, truth_of
 from gpuci.dryrun._jobs import (
     JobState,
+    Refusal,
     call_outputs,
     callee_secrets,
     cond_text,
     cond_values,
     docker_notes,
+    find_callee,
     inputs_context,
     job_legs,
     job_needs,
@@ -41,6 +43,7 @@ from gpuci.dryrun._jobs import (
     needs_order,
     nothing_failed,
     plan_condition,
+    refusals,
     skipped_context,
     string_if,
     worst_outcome,
@@ -66,9 +69,7 @@ from gpuci.dryrun._workflow import (
     calls_for,
     classify_uses,
     load_local_action,
-    load_local_workflow,
     mapping,
-    own_workflow,
     trigger_mapping,
 )
 from gpuci.errors import InputError
@@ -152,7 +153,7 @@ class Planner:
         elif any(isinstance(r, Unknown) for r in results.values()):
             unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
             state.failed = Unknown(f"needs.{unsure}.result", path=False)
-        cond = job.get("if")
+        cond, uses = job.get("if"), str(job.get("uses") or "")
         if warned := string_if(cond, self.bounds.file()):  # the job runs as GitHub reads it
             self.notes.append(f"job {name}: {warned}")
             self._job_line(name, f"warning: {warned}")
@@ -170,16 +171,17 @@ class Planner:
                 self.outcomes[name] = "skipped"
                 self.job_outputs[name] = {}  # a skipped job's outputs are empty
                 self._list_skipped(name, job, f"job skipped ({why})")
+                self._refuse(refusals(self.bounds, self.workspace, uses, contexts, name, depth))
                 return
         note = ""
         if isinstance(held, Unknown):
             note = f"conditional: job if: {cond_text(cond)} ({held.why} is known at run time)"
-        uses = str(job.get("uses") or "")
         try:
             if uses:
                 if forced:
                     self._job_line(name, f"uses {uses}: {forced}")
                     self.job_outputs[name] = {}
+                    self._refuse(refusals(self.bounds, self.workspace, uses, contexts, name, depth))
                     return
                 self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
                 return
@@ -229,6 +231,12 @@ class Planner:
         plan.verdict, plan.detail = verdict, detail
         self.plans.append(plan)
 
+    def _refuse(self, refused: list[Refusal]) -> None:
+        """Each call GitHub refuses the run for: a line, a verdict."""
+        for name, uses, (words, line) in refused:
+            self._job_line(name, f"uses {uses}: BAD INPUT: {words}")
+            self._job_verdict(name, uses, uses, "bad-input", line)
+
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
         # a list of mappings, or none: load_workflow refuses ``steps: 1`` and ``steps: [1]``
         for index, step in enumerate(job.get("steps") or [], start=1):
@@ -246,17 +254,9 @@ class Planner:
     ) -> Any:
         """A job calling a workflow: a local one is planned as its jobs, once per leg of the
         caller's matrix with that leg's ``inputs`` and ``secrets``; a remote one is named."""
-        github = contexts.get("github")
-        own = own_workflow(uses, github.get("repository") if isinstance(github, dict) else None)
-        local = own or (uses if uses.startswith("./") else None)
-        where = f"job {name}"
-        found = (
-            self.bounds.read(load_local_workflow, self.workspace, local, where) if local else None
-        )
-        refused = self.bounds.refusal(found[0] if found else None, uses, name, depth)
+        found, own, refused = find_callee(self.bounds, self.workspace, uses, contexts, name, depth)
         if refused is not None:  # GitHub does not start the run
-            self._job_line(name, f"uses {uses}: BAD INPUT: {refused[0]}")
-            self._job_verdict(name, uses, uses, "bad-input", refused[1])
+            self._refuse([(name, uses, refused)])
             return "failure"
         if found is None:
             why = (
