@@ -83,3 +83,31 @@ def test_an_if_that_is_a_string_runs_and_is_warned_of(tmp_path):
 def test_which_if_is_a_string(cond, warned):
     got = string_if(cond, "wf.yml")
     assert (warned in got) if warned else got == "", got
+
+
+SKIPPED_JOB = """\
+on: push
+jobs:
+  first:
+    runs-on: x
+    steps:
+      - run: echo
+  j:
+    if: false
+    runs-on: x
+    steps:
+      - if: ${{ false }} && false
+        run: echo
+"""
+
+
+def test_a_step_of_a_job_skipped_here_is_warned_of_too(tmp_path):
+    """A lint warning on the file does not depend on whether the job runs here: before, the
+    steps of a job skipped by its own ``if:`` were listed with none."""
+    wf = write(tmp_path, SKIPPED_JOB, f"{WORKFLOWS}/wf.yml")
+    body = plan(tmp_path, wf, cwd=tmp_path)
+    (step,) = [s for s in body["report"]["steps"] if s["job"] == "j"]
+    assert step["verdict"] == "skipped", step
+    (warning,) = step["warnings"]
+    assert warning.startswith(f"if: '${{{{ false }}}} && false' in ./{WORKFLOWS}/wf.yml mixes")
+    assert warning.endswith(FIX), warning

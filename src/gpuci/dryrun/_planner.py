@@ -241,7 +241,8 @@ class Planner:
         # a list of mappings, or none: load_workflow refuses ``steps: 1`` and ``steps: [1]``
         for index, step in enumerate(job.get("steps") or [], start=1):
             self.bounds.count(1, f"job {name} step {index}")
-            self.plans.append(skipped_plan(name, index, step, why, ""))
+            warned = string_if(step.get("if"), self.bounds.file())  # the file's, run or not
+            self.plans.append(skipped_plan(name, index, step, why, "", warned))
 
     def calls(
         self,
