@@ -8,6 +8,7 @@ import pytest
 
 from dryrun.dryrun_testing import WORKFLOWS, plan, write
 from gpuci.dryrun._jobs import string_if
+from gpuci.dryrun._report import Transcript
 
 WORKFLOW = """\
 on: push
@@ -111,3 +112,35 @@ def test_a_step_of_a_job_skipped_here_is_warned_of_too(tmp_path):
     (warning,) = step["warnings"]
     assert warning.startswith(f"if: '${{{{ false }}}} && false' in ./{WORKFLOWS}/wf.yml mixes")
     assert warning.endswith(FIX), warning
+
+
+def test_a_job_warning_is_under_its_own_jobs_heading(tmp_path):
+    """In a CI log each ``== job`` heading opens a group: the job's warning, printed before
+    its heading, landed in the group of the job before it."""
+    wf = write(
+        tmp_path, SKIPPED_JOB.replace("if: false", "if: ${{ true }} && true"), f"{WORKFLOWS}/wf.yml"
+    )
+    lines = plan(tmp_path, wf, cwd=tmp_path)["report"]["plan"]
+    heading = lines.index("== job j (runs-on: x)")
+    (warned,) = [n for n, line in enumerate(lines) if line.startswith("job j: warning: if: ")]
+    assert warned == heading + 1, lines
+
+
+def test_a_held_line_follows_the_next_heading_or_comes_before_the_next_line():
+    """A job's warning is held for its heading; a job with none (skipped, a call) prints it
+    before its own next line, and one never followed by a line is still printed."""
+    transcript = Transcript()
+    transcript.hold("w1")
+    transcript.heading("job a")
+    transcript.say("a1")
+    transcript.hold("w2")
+    transcript.say("job b: skipped")
+    transcript.hold("w3")
+    assert [text for _, text in transcript.lines()] == [
+        "job a",
+        "w1",
+        "a1",
+        "w2",
+        "job b: skipped",
+        "w3",
+    ]

@@ -156,7 +156,7 @@ class Planner:
         cond, uses = job.get("if"), str(job.get("uses") or "")
         if warned := string_if(cond, self.bounds.file()):  # the job runs as GitHub reads it
             self.notes.append(f"job {name}: {warned}")
-            self._job_line(name, f"warning: {warned}")
+            self.transcript.hold(f"job {name}: warning: {warned}")  # under its heading
         held = plan_condition(cond, contexts, state.status)
         forced = ""
         if held is False:

@@ -79,24 +79,42 @@ class Transcript:
     stdout (``dry-run wf.yml > plan.txt`` keeps it); progress and notes go to stderr."""
 
     entries: list[tuple[bool, str]] = field(default_factory=list)  # (is a heading, text)
+    held: list[str] = field(default_factory=list)  # lines for the next heading (:meth:`hold`)
 
     def heading(self, text: str) -> None:
         self.entries.append((True, clip(text, MAX_PLAN_LINE)))
+        self._release()
 
     def say(self, text: str) -> None:
+        self._release()
         self.entries.append((False, clip(text, MAX_PLAN_LINE)))
 
     def extend(self, lines: list[str]) -> None:
+        self._release()
         self.entries += [(False, clip(line, MAX_PLAN_LINE)) for line in lines]
+
+    def hold(self, text: str) -> None:
+        """A job's line said before its heading is known (its ``if:`` warned of): printed just
+        under the next heading, so a CI log shows it in the job's own group, not the one before;
+        before the next line when that comes first (a job with no heading: skipped, a call)."""
+        self.held.append(clip(text, MAX_PLAN_LINE))
+
+    def _release(self) -> None:
+        self.entries += [(False, line) for line in self.held]
+        self.held.clear()
+
+    def lines(self) -> list[tuple[bool, str]]:
+        """(is a heading, text) of every line, the held ones too."""
+        return self.entries + [(False, line) for line in self.held]
 
     def text(self, rt: Runtime) -> str:
         """Every line made one printable line (redacted, CR/LF escaped), headings marked."""
-        return "\n".join(rt.line(f"== {t}" if head else t) for head, t in self.entries)
+        return "\n".join(rt.line(f"== {t}" if head else t) for head, t in self.lines())
 
     def replay(self, rt: Runtime) -> None:
         """Into the CI log: each job a collapsible group."""
         sections: list[tuple[str, list[str]]] = [("", [])]
-        for head, text in self.entries:
+        for head, text in self.lines():
             if head:
                 sections.append((text, []))
             else:
