@@ -349,3 +349,38 @@ def test_httpx_s_own_cli_still_runs_when_called(tmp_path):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: httpx" in proc.stdout
+
+
+def _stopped_restore(tmp_path, **extra: str) -> subprocess.CompletedProcess[str]:
+    """A restore whose command raises gpuci.retry.Interrupted with no Ctrl-C (another thread's
+    failure set a stop flag, and no failure was recorded as the cause), through ``main``."""
+    code = (
+        "import sys\n"
+        "import gpuci.cache._restore.command as command\n"
+        "from gpuci.cli import main\n"
+        "from gpuci.retry import Interrupted\n"
+        "def run(*_args):\n"
+        '    raise Interrupted("the store\'s requests were stopped")\n'
+        "command.run = run\n"
+        "sys.exit(main(['cache-weights', 'restore', '--key', 'k', '--store',"
+        f" {(tmp_path / 's').as_uri()!r}]))\n"
+    )
+    env = clean_env(**extra)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path
+    )
+
+
+def test_an_interrupted_with_no_ctrl_c_is_one_infra_line_not_a_traceback(tmp_path):
+    """Interrupted is a BaseException (a retry's wait ends at once): one that reaches the
+    command with no Ctrl-C behind it went past every ``except Exception``, out of
+    ``python -m gpuci`` as a traceback and exit 1. It is one line and exit 3 (a Ctrl-C, a
+    KeyboardInterrupt, keeps its "interrupted" and 130: test_sec_s3_interrupt.py)."""
+    proc = _stopped_restore(tmp_path)
+    assert proc.returncode == 3, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "interrupted\n" not in proc.stderr, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if "stopped" in x]
+    assert "the command did not finish: the store's requests were stopped" in line
+    assert "with no failure recorded as the cause" in line and "GPUCI_DEBUG=1" in line
+    debug = _stopped_restore(tmp_path, GPUCI_DEBUG="1")  # kept debuggable
+    assert "Traceback" in debug.stderr and "Interrupted" in debug.stderr, debug.stderr

@@ -205,6 +205,37 @@ def test_a_failed_fetch_leaves_the_store_usable_an_interrupted_one_stopped(tmp_p
     assert len(store.flags) == (2 if isinstance(failure, Exception) else 1)
 
 
+class _OneFailsOneStopped(_RefusingStore):
+    """Blob ``aa...`` fails for good once blob ``bb...``'s GET is on its way; that GET ends as
+    an S3 store's does once the failure set the transfer's flag: Interrupted."""
+
+    def __init__(self) -> None:
+        super().__init__(StoreError("refused"))
+        self.second_in = threading.Event()
+
+    def open_range(self, key: str, offset: int, length: int):
+        if "/aa" in key:
+            assert self.second_in.wait(30), "the other GET did not start"
+            raise self.failure
+        flag = self.flags[-1]
+        self.second_in.set()
+        assert flag.wait(30), "the failure did not stop the transfer"
+        raise Interrupted("the store's requests were stopped")
+
+
+def test_a_get_stopped_by_another_parts_failure_leaves_that_failure_the_restores(tmp_path):
+    """The other GET's Interrupted (a BaseException) comes after the failure that set the flag:
+    the fetch raises that failure (one line, exit 3), never the Interrupted (a traceback)."""
+    from gpuci.cache._format.manifest import Entry
+    from gpuci.cache._transfer.download import Downloader
+
+    store = _OneFailsOneStopped()
+    entries = [Entry("file", 0, f"{c}.bin", size=1 << 20, sha256=c * 64) for c in "ab"]
+    down = Downloader(store, 2, on_bytes=lambda _n: None, attempts=1)  # type: ignore[arg-type]
+    with pytest.raises(StoreError, match="refused"):
+        down.fetch([(e, tmp_path / e.path) for e in entries])
+
+
 class _NoUploadListing(_Counting):
     def do_GET(self) -> None:
         type(self).requests.append(self.path)

@@ -18,7 +18,8 @@ from treeutil import write_tree
 from gpuci import files
 from gpuci.background import Background
 from gpuci.cache import _layout as layout
-from gpuci.cache._save import operation, state, upload
+from gpuci.cache._save import operation, sources, state, upload
+from gpuci.cache._stores.base import SourceChanged
 from gpuci.cache._stores.file import LocalStore
 from gpuci.errors import StoreError
 from gpuci_testing import wait_until
@@ -129,3 +130,58 @@ def test_a_ctrl_c_while_a_file_over_the_budget_is_hashed_ends_the_hash_at_its_ne
         cache_cmd("save", _flags(file_store, "w", src), env)
     assert len(hashed_after) <= 1, f"hashed on for {len(hashed_after)} blocks after the Ctrl-C"
     assert not [k for k in file_store.object_keys() if k.startswith("blobs/")]
+
+
+def test_a_pack_on_its_way_when_the_save_fails_sends_nothing_after(
+    s3_store, env, tmp_path, monkeypatch
+):
+    """A small file refused while the first pack is on its way fails the save. The pack's
+    thread was left running while the uploads' abort made a fresh, unset stop flag the
+    store's current one (to abort their multipart uploads, requests that take their time)
+    until the question's drop set another: a pack between its checks then sent its PUT after
+    the save had failed. Here the pack goes on once the flag it saw was set and either the
+    save waits for it or an unset flag stands (held there until the pack is over)."""
+    pack_in, pack_done, waiting = threading.Event(), threading.Event(), threading.Event()
+    sent: list[str] = []
+    put, read_small, drop = upload.put_content, sources.read_small, operation._drop_question
+    wait = getattr(upload, "wait", None)  # the packs' bounded wait (none before: the leak)
+
+    def held_pack(store, key: str, data: bytes) -> None:
+        if not key.startswith("packs/"):
+            put(store, key, data)
+            return
+        try:
+            flag = store.pool.stop
+            pack_in.set()
+            assert flag.wait(30), "the refused file did not stop the store's requests"
+            wait_until(lambda: waiting.is_set() or not store.pool.stop.is_set(), what="the save")
+            put(store, key, data)
+            sent.append(key)
+        finally:
+            pack_done.set()
+
+    def refused_once_a_pack_is_on_its_way(tree, entry):
+        if entry.path.startswith("z"):
+            assert pack_in.wait(30), "no pack was sent"
+            raise SourceChanged(tree.source(entry))
+        return read_small(tree, entry)
+
+    def waited(*args, **kwargs):
+        waiting.set()
+        assert wait is not None
+        return wait(*args, **kwargs)
+
+    def dropped_once_the_pack_is_over(*args) -> None:
+        assert pack_done.wait(30), "the pack's thread did not end"
+        drop(*args)
+
+    monkeypatch.setattr(upload, "put_content", held_pack)
+    monkeypatch.setattr(sources, "read_small", refused_once_a_pack_is_on_its_way)
+    monkeypatch.setattr(upload, "wait", waited, raising=False)
+    monkeypatch.setattr(operation, "_drop_question", dropped_once_the_pack_is_over)
+    small = {f"a{i:02}.bin": os.urandom(1_000_000) for i in range(18)}  # a pack fills: sent
+    src = write_tree(tmp_path / "src", {**small, "model.bin": os.urandom(2 << 20), "z.json": "{}"})
+    saved, _ = cache_cmd("save", _flags(s3_store, "k", src), env)
+    assert not saved.ok and "changed while it was being saved" in saved.headline, saved.headline
+    assert sent == [], "a pack was sent after the save failed"
+    assert not [k for k in s3_store.object_keys() if k.startswith(("packs/", "refs/"))]

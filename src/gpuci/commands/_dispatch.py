@@ -6,9 +6,11 @@ registry; it imports neither, so the arrows between them point one way (down, to
 
 from __future__ import annotations
 
+from gpuci import settings
 from gpuci.commands import BOOLEAN_OUTPUTS, Command, OptionsT
-from gpuci.errors import ExitCode, GpuciError
+from gpuci.errors import ExitCode, GpuciError, InfraError
 from gpuci.inputs import build, resolve
+from gpuci.retry import Interrupted
 from gpuci.runtime import Result, Runtime
 
 __all__ = ["run_command"]
@@ -34,7 +36,22 @@ def run_command(
             result = func(build(cls, values), runtime)  # parsed once, here
     except GpuciError as exc:
         result = Result.from_error(full_name, exc)
+    except Interrupted as exc:
+        if settings.DEBUG.is_set():
+            raise
+        result = Result.from_error(full_name, _stopped(exc))
     for output in cmd.outputs:  # a boolean output is never empty, even after an error
         if output.name in BOOLEAN_OUTPUTS and result.outputs.get(output.name) in (None, ""):
             result.outputs[output.name] = False
     return result
+
+
+def _stopped(exc: Interrupted) -> InfraError:
+    """An :class:`~gpuci.retry.Interrupted` that reached the command: its requests were stopped,
+    yet no failure came as the cause and no Ctrl-C (that one is a KeyboardInterrupt, exit 130):
+    a bug, said in one line with exit 3. A BaseException, it went past every ``except
+    Exception`` on its way, and out of ``python -m gpuci`` as a traceback."""
+    return InfraError(
+        f"the command did not finish: {exc}, with no failure recorded as the cause",
+        hint="run it again; if it recurs, rerun with GPUCI_DEBUG=1 and report it",
+    )

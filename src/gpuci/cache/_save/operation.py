@@ -322,7 +322,7 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
     blobs = BlobUploads(saver, tree, large, rt.dry_run)
     blobs.start()  # large files hash and upload on their own threads while small ones pack
     try:
-        pack_small(saver, tree, small, known, rt.dry_run)
+        pack_small(saver, tree, small, known, rt.dry_run, blobs.pool.cancelled)
         read = blobs.read()
     except BaseException as exc:
         _packs_failed(saver, blobs, exc)

@@ -30,7 +30,7 @@ import hashlib
 import os
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Protocol, cast
 
 from gpuci.cache import _layout as layout
@@ -400,6 +400,9 @@ class BlobUploads:
 
 # Packs are built in memory (up to PACK_TARGET each): this many may be in flight at once.
 PACKS_IN_FLIGHT = 6
+# The most a failed save waits for its packs in flight once its stop flag is set (their
+# requests then end at once; a file store's local copy of one pack is what may take a while).
+PACK_GRACE_S = 5.0
 
 
 class _PackUploads:
@@ -427,10 +430,18 @@ class _PackUploads:
         for future in self.futures:
             future.result()
 
-    def close(self, wait: bool = True) -> None:
-        """Drop the packs not started; ``wait`` for those in flight, which a failed or
-        interrupted save does not: its stop flag (:meth:`BlobUploads.cancel`) ends them."""
-        self.pool.shutdown(wait=wait, cancel_futures=True)
+    def close(self) -> None:
+        self.pool.shutdown()
+
+    def stop(self, stop: threading.Event) -> None:
+        """A failed or interrupted save: set its stop flag (the packs' requests in flight end
+        at once, none is sent after), drop the packs not started and wait for those in flight,
+        :data:`PACK_GRACE_S` at most. Left running, a pack between its checks sent its PUT
+        after the save had failed, once :meth:`BlobUploads._abort_open` made a fresh, unset
+        flag the store's current one."""
+        stop.set()
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        wait(self.futures, timeout=PACK_GRACE_S)
 
     def _send(self, data: bytes, members: list[mf.Entry]) -> None:
         saver = self.saver
@@ -455,10 +466,16 @@ class _PackUploads:
 
 
 def pack_small(
-    saver: Saver, tree: Tree, small: list[mf.Entry], known: dict[str, mf.Entry], dry_run: bool
+    saver: Saver,
+    tree: Tree,
+    small: list[mf.Entry],
+    known: dict[str, mf.Entry],
+    dry_run: bool,
+    stop: threading.Event,
 ) -> None:
     """Hash every small file and pack those no known pack holds; packs go up as they fill.
-    Where the tier keeps runs, the files found in stored packs go in as runs of those packs."""
+    Where the tier keeps runs, the files found in stored packs go in as runs of those packs.
+    ``stop`` is the save's stop flag (its uploads' own), set here when the packs fail."""
     packs = _PackUploads(saver, dry_run)
     tier = None if dry_run else saver.tier
     reused = _ReusedRuns(tier) if tier is not None and tier.keeps_runs else None
@@ -481,7 +498,7 @@ def pack_small(
             if reused is not None:
                 reused.flush()
         except BaseException:
-            packs.close(wait=False)
+            packs.stop(stop)
             raise
         packs.close()
 
