@@ -6,6 +6,7 @@ The rules run on a file store and on a real moto S3 server (``shared_ledger``)."
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
@@ -471,3 +472,22 @@ def test_a_release_whose_reservation_a_cut_listing_missed_is_kept(book, monkeypa
     assert done.deleted == [f"{folder.replace('reservations/', 'releases/', 1)}/0000000005.json"]
     assert f"{folder.replace('reservations/', 'releases/', 1)}/0000000002.json" in _keys(book)
     assert done.reads == 4  # 0 and 1 read; the reservations of 2 and 5 asked for
+
+
+@pytest.mark.parametrize("modified", [float("inf"), float("nan")])
+def test_a_lone_release_of_no_stated_time_is_kept(book, monkeypatch, modified):
+    """A listing with no readable Last-Modified (UNKNOWN_MODIFIED) says nothing of when a lone
+    release was written: it may be a sweep's release of a reservation written after the
+    reservations were listed, and deleting it would leave that reservation counted for ever."""
+    stray = _reservation(book, 0, OLD, "pod-gone", released=True)
+    book.store.delete(stray)
+    real = prune.listing.listed
+
+    def untimed(store, prefix, most):
+        found, more = real(store, prefix, most)
+        return [dataclasses.replace(i, modified=modified) for i in found], more
+
+    monkeypatch.setattr(prune.listing, "listed", untimed)
+    done = prune.prune(book, [], set(), NOW)
+    assert done.deleted == []
+    assert stray.replace("reservations/", "releases/", 1) in _keys(book)

@@ -271,13 +271,16 @@ def _lone(
     out: Pruned,
 ) -> list[str]:
     """Releases of no reservation (a sweep's, written after a prune deleted its reservation)
-    that the store says were written before the horizon: each would take its number for ever.
+    that the store says were written before the horizon (one it states no time for is kept):
+    each would take its number for ever.
     No ``up`` writes at a number a release takes, so none of those is written meanwhile;
     with ``reservations`` cut short, each one's reservation is asked for (a read)."""
     plan = []
     for info in releases:
         res = info.key.replace(f"{RELEASES}/", f"{RESERVATIONS}/", 1)
-        if res in reservations or not _RESERVATION.match(res) or _since(info, horizon):
+        # only on the store's word: no time (UNKNOWN_MODIFIED, NaN) may be a sweep's release
+        # of a reservation written after the listing, which its delete would leave counted
+        if res in reservations or not _RESERVATION.match(res) or not info.modified < horizon:
             continue
         if info.size != len(_release_bytes(info.key)):
             book.skipped[info.key] = "not a release gpu-ci wrote"
