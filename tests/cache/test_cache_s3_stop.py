@@ -286,3 +286,29 @@ def test_a_transfer_stopped_beside_the_use_record_leaves_it_a_warning():
         finally:
             handler.release.set()
     assert unrecorded and "stopped" in unrecorded, unrecorded
+
+
+class _BadUploadListing(_Counting):
+    """Answers ListMultipartUploads 200 with XML that declares an entity (never parsed)."""
+
+    def do_GET(self) -> None:
+        type(self).requests.append(self.path)
+        body = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><ListMultipartUploadsResult/>'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_an_upload_listing_that_is_not_valid_is_a_store_error_and_the_prune_a_note():
+    """A bad ListMultipartUploads answer is worded as any bad answer (a StoreError naming the
+    endpoint), not a bare parse error: that escaped the prune as a traceback."""
+    from gpuci.cache._upkeep import prune
+
+    notes: list[str] = []
+    with LoopbackHTTPServer(_handler(_BadUploadListing)) as server:
+        store = _store(server.port)
+        with pytest.raises(StoreError, match=r"invalid response: a .*DTD or entities"):
+            store.leftovers(3600)
+        assert prune._leftovers(store, 3600, notes) == []
+    assert len(notes) == 1 and "DTD or entities" in notes[0], notes

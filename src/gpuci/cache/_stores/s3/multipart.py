@@ -154,6 +154,7 @@ def open_uploads(store: Caller, older_than: float) -> list[ObjectInfo]:
     parts are not listed. An upload outside ``blobs/``, or whose id or time cannot be read,
     is not gpu-ci's and is left alone."""
     from gpuci.cache._stores.s3.client import MAX_LISTING_PAGE
+    from gpuci.cache._stores.s3.transport import BadResponse
 
     found: dict[str, ObjectInfo] = {}  # a server repeating a page lists an upload once
     markers = ("", "")
@@ -171,7 +172,10 @@ def open_uploads(store: Caller, older_than: float) -> list[ObjectInfo]:
         )  # fmt: skip
         if len(reply.body) > MAX_LISTING_PAGE:
             raise store._bad_answer("prune", "", "a multipart listing page is over 8 MiB")
-        uploads, markers = parse_uploads(reply.body)
+        try:
+            uploads, markers = parse_uploads(reply.body)
+        except BadResponse as exc:  # bad XML, a DTD: worded as the store words any bad answer
+            raise store._bad_answer("prune", "", str(exc)) from None
         for key, upload_id, started in uploads:
             rel = key.removeprefix(store.prefix)
             ours = key.startswith(store.prefix + "blobs/") and _SAFE_ID.fullmatch(upload_id)
