@@ -7,11 +7,11 @@ either: a reusable workflow nests at most ten levels (four on GitHub Enterprise 
 workflow file calls at most 50 unique reusable workflows (20 on GHES); the runner fails a job whose
 downloaded composite actions nest past :data:`MAX_ACTION_DEPTH`, and a local composite action that
 uses itself, prepared afresh each time its step runs, never ends. So a workflow or action already
-being planned (a cycle), or a workflow called inside nine others, is bad input, and one count of
-the jobs, matrix legs and steps planned ends the plan with one line past :data:`MAX_PLANNED`. Each
-call of a local workflow or action counts its size too (planning it walks all of it again: its
-``env``, its inputs), and each file is read and parsed once per plan: a 1 MiB workflow called by a
-thousand jobs took seconds a call.
+being planned (a cycle), or a tenth called workflow (inside ten others), is bad input, and one
+count of the jobs, matrix legs and steps planned ends the plan with one line past
+:data:`MAX_PLANNED`. Each call of a local workflow or action counts its size too (planning it
+walks all of it again: its ``env``, its inputs), and each file is read and parsed once per plan:
+a 1 MiB workflow called by a thousand jobs took seconds a call.
 
 What one plan's expressions may scan, all of them together, is bounded too (:class:`Budget`).
 GitHub bounds each expression (21,000 characters, a result within 10 MiB:
