@@ -185,3 +185,46 @@ def test_a_pack_on_its_way_when_the_save_fails_sends_nothing_after(
     assert not saved.ok and "changed while it was being saved" in saved.headline, saved.headline
     assert sent == [], "a pack was sent after the save failed"
     assert not [k for k in s3_store.object_keys() if k.startswith(("packs/", "refs/"))]
+
+
+def _asleep_in_a_retry(name: str) -> bool:
+    """Whether the thread ``name`` waits out a retry's backoff (gpuci.retry's cancellable wait)."""
+    import sys
+
+    for thread in threading.enumerate():
+        if thread.name != name or thread.ident is None:
+            continue
+        frame = sys._current_frames().get(thread.ident)
+        while frame is not None:
+            code = frame.f_code
+            if code.co_name == "wait" and code.co_filename.endswith("gpuci/retry.py"):
+                return True
+            frame = frame.f_back
+    return False
+
+
+def test_a_question_asleep_in_a_retry_ends_with_the_failed_save(
+    s3_store, proxy, env, tmp_path, monkeypatch
+):
+    """The question's first request is answered 503 and it sleeps out a long backoff; the save
+    fails meanwhile. The question's wait was on the store's flag of before the save, which
+    nothing set: it outlived the failed save, asleep, and would ask again after it. The
+    save's own flag, made before the question starts, ends that wait with the save."""
+    from dataclasses import replace
+
+    from gpuci.cache._stores.s3 import client
+
+    proxy.rules.append(Rule("GET", layout.CONDITIONAL_WRITES, "503"))
+    long = replace(client.BOTOCORE_STANDARD, initial=600.0, max_wait=600.0, jitter="none")
+    monkeypatch.setattr(client, "BOTOCORE_STANDARD", long)
+
+    def fail_once_the_question_sleeps(*_args, **_kwargs):
+        wait_until(lambda: _asleep_in_a_retry(QUESTION), what="the question's backoff")
+        raise StoreError("stopped here")
+
+    monkeypatch.setattr(state.Saver, "known_small_files", fail_once_the_question_sleeps)
+    src = write_tree(tmp_path / "src", {"model.bin": os.urandom(2 << 20), "a.txt": b"a"})
+    saved, _ = cache_cmd("save", _flags(StoreCase("s3", s3_store.url, proxy.url), "k", src), env)
+    assert not saved.ok and "stopped here" in saved.headline, saved.headline
+    left = [t for t in threading.enumerate() if t.name == QUESTION and t.is_alive()]
+    assert not left, "the conditional-writes question outlived the failed save, asleep"

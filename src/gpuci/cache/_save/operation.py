@@ -18,6 +18,7 @@ knows nothing of action outputs: the command (:mod:`gpuci.cache._save.command`) 
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, NoReturn
@@ -152,15 +153,18 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
     saver = Saver(store, layout.namespace(rt.environ), key, rt)
     tier_notes, tier_choice = _open_tier(saver, inp)
     current = _current_ref(store, saver, rt)
+    # The save's stop flag, made before the question starts: its waits and the uploads' end
+    # together (a question asleep in a retry under an earlier flag outlived a failed save).
+    stop = store.stop_flag()
     asked = _ask_conditional_writes(store, rt)
     try:
-        planned = _hash_and_send(saver, tree, current)
+        planned = _hash_and_send(saver, tree, current, stop)
     except BaseException:
-        _drop_question(store, asked)
+        _drop_question(store, stop, asked)
         raise
     warnings: Warnings = [(warning, "gpu-ci cache") for warning in tree.warnings]
     try:
-        _answer(store, asked)  # over by now, usually
+        _answer(store, stop, asked)  # over by now, usually
         digest, outcome = _publish(saver, planned, current, warnings)
         if planned.fill is not None:
             planned.fill.wait()
@@ -194,7 +198,7 @@ def _ask_conditional_writes(store: Store, rt: Runtime) -> Background[None] | Non
     return Background(ask, "gpuci-conditional")
 
 
-def _answer(store: Store, asked: Background[None] | None) -> None:
+def _answer(store: Store, stop: threading.Event, asked: Background[None] | None) -> None:
     """Wait for the question before the publish needs its answer; a Ctrl-C in this wait
     ends the question first (:func:`_drop_question`)."""
     if asked is None:
@@ -202,18 +206,20 @@ def _answer(store: Store, asked: Background[None] | None) -> None:
     try:
         asked.wait()
     except BaseException:
-        _drop_question(store, asked)
+        _drop_question(store, stop, asked)
         raise
 
 
-def _drop_question(store: Store, asked: Background[None] | None) -> None:
-    """A save failing or interrupted while the question is asked: end its requests (the
-    store's stop flag: those in flight end at once, none is sent after; nothing else of the
-    save needs the store by then) and wait for its thread, :data:`QUESTION_GRACE_S` at most.
+def _drop_question(store: Store, stop: threading.Event, asked: Background[None] | None) -> None:
+    """A save failing or interrupted while the question is asked: end its requests and wait
+    for its thread, :data:`QUESTION_GRACE_S` at most. ``stop``, the save's flag, ends a retry's
+    wait begun under it; a fresh flag of the store's, set, ends those in flight and refuses
+    new ones (a failed save's multipart aborts made a fresh, unset one the store's current).
     A question left running went on sending probe objects and the store's record after a
     Ctrl-C, from a save that had returned."""
     if asked is None:
         return
+    stop.set()
     store.stop_flag().set()
     asked.wait(time.monotonic() + QUESTION_GRACE_S)
 
@@ -310,7 +316,9 @@ def _current_ref(store: Store, saver: Saver, rt: Runtime) -> refs.Ref | None:
     return None
 
 
-def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Planned:
+def _hash_and_send(
+    saver: Saver, tree: Tree, current: refs.Ref | None, stop: threading.Event
+) -> _Planned:
     """Hash each large file as it is read and send the blobs the store lacks, meanwhile pack
     the small ones (reusing the current packs where they still match); then the manifest,
     and whether it is the tree the ref already names."""
@@ -319,7 +327,7 @@ def _hash_and_send(saver: Saver, tree: Tree, current: refs.Ref | None) -> _Plann
     files = [e for e in tree.entries if e.type == "file"]
     large = [e for e in files if e.size >= layout.PACK_THRESHOLD]
     small = [e for e in files if e.size < layout.PACK_THRESHOLD]
-    blobs = BlobUploads(saver, tree, large, rt.dry_run)
+    blobs = BlobUploads(saver, tree, large, rt.dry_run, stop)
     blobs.start()  # large files hash and upload on their own threads while small ones pack
     try:
         pack_small(saver, tree, small, known, rt.dry_run, blobs.pool.cancelled)

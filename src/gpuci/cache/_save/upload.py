@@ -107,13 +107,22 @@ class BlobUploads:
     """Every large file of one save, hashed and (when the store lacks it) sent; start() returns
     at once, finish() waits for the last upload and raises the first failure."""
 
-    def __init__(self, saver: Saver, tree: Tree, large: list[mf.Entry], dry_run: bool) -> None:
+    def __init__(
+        self,
+        saver: Saver,
+        tree: Tree,
+        large: list[mf.Entry],
+        dry_run: bool,
+        stop: threading.Event | None = None,
+    ) -> None:
         self.saver, self.store, self.tree = saver, saver.store, tree
         self.large, self.dry_run = large, dry_run
         self.uploads = saver.uploads
-        # The store's stop flag for this save: a Ctrl-C or an upload failed for good ends every
-        # request of the save in flight (the packs' too) and their retries at once.
-        self.pool = WorkPool(saver.uploads, cancelled=saver.store.stop_flag())
+        # The store's stop flag for this save (``stop``, else a fresh one): a Ctrl-C or an
+        # upload failed for good ends every request of the save in flight (the packs' and the
+        # conditional-writes question's too) and their retries at once.
+        cancelled = stop if stop is not None else saver.store.stop_flag()
+        self.pool = WorkPool(saver.uploads, cancelled=cancelled)
         self.budget = _Budget(HELD_BYTES, self.pool.cancelled)
         self.in_parts = type(saver.store).multipart is not Store.multipart
         self.lock = threading.Lock()
