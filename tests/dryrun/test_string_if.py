@@ -144,3 +144,28 @@ def test_a_held_line_follows_the_next_heading_or_comes_before_the_next_line():
         "job b: skipped",
         "w3",
     ]
+
+
+MATRIX = """\
+on: push
+jobs:
+  t:
+    runs-on: x
+    strategy:
+      matrix:
+        gpu: [a, b, c]
+    steps:
+      - if: ${{ false }} && false
+        run: echo
+"""
+
+
+def test_one_warning_of_each_matrix_leg_is_one_annotation(tmp_path):
+    """Each leg of a matrix plans the step again, with the same warning: three legs made three
+    annotations of one fact (GitHub shows ten a step). One names the others' count."""
+    wf = write(tmp_path, MATRIX, f"{WORKFLOWS}/wf.yml")
+    body = plan(tmp_path, wf, cwd=tmp_path)
+    assert sum(len(s["warnings"]) for s in body["report"]["steps"]) == 3  # each leg's plan
+    warned = [a["message"] for a in body["annotations"] if "mixes text" in a["message"]]
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("job t (gpu=a) and 2 more, step 1 ("), warned

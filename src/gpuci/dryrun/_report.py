@@ -237,10 +237,8 @@ def result(
     for note in notes:
         rt.log(f"warning: {note}")
         out.warning(note, "gpu-ci dry run")
-    for p in plans:  # a may-fail step's, and any other (an if: that is a string)
-        for warning in p.warnings:
-            where = f"job {p.job}, step {p.index} ({p.name}): {warning}"
-            out.warning(clip(where, MAX_PLAN_LINE), "gpu-ci dry run")
+    for where in _step_warnings(plans):
+        out.warning(clip(where, MAX_PLAN_LINE), "gpu-ci dry run")
     if not tally.judged:
         out.headline = f"no gpu-ci steps found in {path}"
         if tally.uninspected:
@@ -251,6 +249,23 @@ def result(
     else:
         out.headline = _valid_headline(tally, probe)
     return out
+
+
+def _step_warnings(plans: list[StepPlan]) -> list[str]:
+    """One annotation per step warning (a may-fail step's, an ``if:`` that is a string), the
+    same one of each matrix leg or call of a step said once, naming how many more jobs have
+    it: three legs made three annotations of one fact, and GitHub shows only ten a step."""
+    jobs: dict[tuple[int | str, str, str], list[str]] = {}
+    for p in plans:
+        for warning in p.warnings:
+            named = jobs.setdefault((p.index, p.name, warning), [])
+            if p.job not in named:
+                named.append(p.job)
+    lines = []
+    for (index, name, warning), named in jobs.items():
+        more = f" and {len(named) - 1} more" if len(named) > 1 else ""
+        lines.append(f"job {named[0]}{more}, step {index} ({name}): {warning}")
+    return lines
 
 
 def _step_report(p: StepPlan) -> dict[str, Any]:
