@@ -491,3 +491,12 @@ def test_a_lone_release_of_no_stated_time_is_kept(book, monkeypatch, modified):
     done = prune.prune(book, [], set(), NOW)
     assert done.deleted == []
     assert stray.replace("reservations/", "releases/", 1) in _keys(book)
+
+
+def test_a_runner_clock_past_year_9999_prunes_by_the_stores_day(book):
+    """A runner's clock thousands of years ahead: naming its day raised (no such ISO date), an
+    internal error of ``pods reap``; the store's time decides, as for any clock ahead."""
+    warned: list[str] = []
+    at = prune.due(book, 1e12, warned.append)
+    assert at is not None and at < time.time() + 86400 and warned == []
+    assert _markers(book) == {_marker(at)}

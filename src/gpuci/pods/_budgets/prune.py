@@ -177,7 +177,7 @@ def due(book: Ledger, now: float, warn: Callable[[str], None]) -> float | None:
     it would prune at every reap. The store is untrusted: a marker written (store time)
     before its day began was planted, and is named in ``warn``, deleted, and the prune goes
     on; markers planted for days to come would otherwise stop every prune until then."""
-    day = utc_iso(now)[:10]
+    day = _day(now)  # a clock past year 9999 names no day of its own
     if not _claim(book, day, now, warn):
         return None
     written = book.store.head(f"{PRUNED}/{day}.json")
