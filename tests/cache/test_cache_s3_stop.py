@@ -236,26 +236,6 @@ def test_a_get_stopped_by_another_parts_failure_leaves_that_failure_the_restores
         down.fetch([(e, tmp_path / e.path) for e in entries])
 
 
-class _NoUploadListing(_Counting):
-    def do_GET(self) -> None:
-        type(self).requests.append(self.path)
-        body = b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>"
-        self.send_response(403)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-
-def test_credentials_that_cannot_list_uploads_make_a_note_not_a_failed_prune():
-    from gpuci.cache._upkeep import prune
-
-    handler = _handler(_NoUploadListing)
-    notes: list[str] = []
-    with LoopbackHTTPServer(handler) as server:
-        assert prune._leftovers(_store(server.port), 3600, notes) == []
-    assert len(notes) == 1 and "AccessDenied" in notes[0], notes
-
-
 class _SilentPut(_Counting):
     """Reads each PUT and never answers it (until the test ends)."""
 
@@ -288,27 +268,42 @@ def test_a_transfer_stopped_beside_the_use_record_leaves_it_a_warning():
     assert unrecorded and "stopped" in unrecorded, unrecorded
 
 
-class _BadUploadListing(_Counting):
-    """Answers ListMultipartUploads 200 with XML that declares an entity (never parsed)."""
+def _upload_listing(status: int, body: bytes) -> type[_Counting]:
+    """A store that answers every GET (ListMultipartUploads) ``status`` with ``body``."""
 
-    def do_GET(self) -> None:
-        type(self).requests.append(self.path)
-        body = b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><ListMultipartUploadsResult/>'
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+    class Answer(_Counting):
+        def do_GET(self) -> None:
+            type(self).requests.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    return _handler(Answer)
 
 
-def test_an_upload_listing_that_is_not_valid_is_a_store_error_and_the_prune_a_note():
-    """A bad ListMultipartUploads answer is worded as any bad answer (a StoreError naming the
-    endpoint), not a bare parse error: that escaped the prune as a traceback."""
+@pytest.mark.parametrize(
+    ("status", "body", "said"),
+    [
+        # credentials that cannot list uploads
+        (403, b"<Error><Code>AccessDenied</Code><Message>no</Message></Error>", "AccessDenied"),
+        # XML that declares an entity (never parsed): worded as any bad answer, a StoreError
+        # naming the endpoint; a bare parse error escaped the prune as a traceback
+        (
+            200,
+            b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "b">]><ListMultipartUploadsResult/>',
+            "DTD or entities",
+        ),
+    ],
+    ids=["access-denied", "entities"],
+)
+def test_an_upload_listing_the_prune_cannot_use_is_a_note_not_a_failed_prune(status, body, said):
     from gpuci.cache._upkeep import prune
 
     notes: list[str] = []
-    with LoopbackHTTPServer(_handler(_BadUploadListing)) as server:
+    with LoopbackHTTPServer(_upload_listing(status, body)) as server:
         store = _store(server.port)
-        with pytest.raises(StoreError, match=r"invalid response: a .*DTD or entities"):
+        with pytest.raises(StoreError, match=said):
             store.leftovers(3600)
         assert prune._leftovers(store, 3600, notes) == []
-    assert len(notes) == 1 and "DTD or entities" in notes[0], notes
+    assert len(notes) == 1 and said in notes[0], notes
