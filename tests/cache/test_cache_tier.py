@@ -312,42 +312,73 @@ def test_the_tiers_copies_go_on_beside_the_publish(file_store, env, tmp_path, mo
     _assert_tier_intact(tier)
 
 
-def test_a_save_failing_to_publish_returns_once_the_tiers_copies_are_over(
-    file_store, env, tmp_path, monkeypatch
-):
-    """The publish's failure is the one raised, and only once the copies beside it are over:
-    no copy is left writing into the tier after the save returned."""
-    _fill_marked(monkeypatch)
-
-    def refused(*_args, **_kwargs):
-        raise StoreError("the ref was refused")
-
-    monkeypatch.setattr(refs, "write", refused)
-    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
-    saved, _ = cache_cmd("save", _flags(file_store, "w", src, **{"local-cache": str(tier)}), env)
-    assert not saved.ok and "the ref was refused" in saved.headline, saved.headline
-    big = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
-    assert big in _tier_blobs(tier)  # its copy had ended
-    assert not list(tier.glob("tmp/*"))  # no copy still under way
-    _assert_tier_intact(tier)
-
-
-def _copy_held(monkeypatch) -> tuple[threading.Event, threading.Event]:
+def _copy_held(monkeypatch) -> tuple[threading.Event, threading.Event, list[str]]:
     """The tier's copy of big.bin (too large to hold) waits, its temp file open, until the
-    save stops it or the test releases it: (copying now, release)."""
+    save stops it or the test releases it: (copying now, release, how each held copy ended:
+    ``stopped`` by the save's flag or ``released``)."""
     monkeypatch.setattr(upload, "HELD_BYTES", 0)
     monkeypatch.setattr(copying, "reflink", lambda _src, _dst: False)
-    copying_now, release = threading.Event(), threading.Event()
+    copying_now, release, ended = threading.Event(), threading.Event(), []
     copy = copying.copy_hashing
 
     def held(src, dst, *stop):
         copying_now.set()
-        while not (release.is_set() or (stop and stop[0] is not None and stop[0].is_set())):
+        stopped = stop and stop[0] is not None and stop[0].is_set
+        while not (release.is_set() or (stopped and stopped())):
             release.wait(0.01)
+        ended.append("stopped" if stopped and stopped() else "released")
         return copy(src, dst, *stop)
 
     monkeypatch.setattr(copying, "copy_hashing", held)
-    return copying_now, release
+    return copying_now, release, ended
+
+
+@pytest.mark.parametrize("refused", ["a-blob", "the-ref"])
+def test_a_failed_save_stops_the_tiers_copy_under_way_and_leaves_the_tier_as_it_was(
+    file_store, env, tmp_path, monkeypatch, refused
+):
+    """A save that fails while the tier copies a file too large to hold (the store refuses a
+    held file's blob, still on its way up, or the ref) ends that copy at its next chunk rather
+    than waiting it out: a model's shard held the failure back by the whole copy, for bytes
+    no manifest of the save names. Its temp file goes, nothing of it is published, no copy goes
+    on after the save returned, and the store's refusal is the failure raised."""
+    copying_now, release, ended = _copy_held(monkeypatch)
+    monkeypatch.setattr(upload, "HELD_BYTES", 2_000_000)  # held.bin held, big.bin copied after
+    put_content = upload.put_content
+
+    def refused_once_copying(store, key, data):
+        if key.startswith(layout.BLOBS):
+            assert copying_now.wait(30)
+            raise StoreError("the blob was refused")
+        return put_content(store, key, data)
+
+    def ref_refused(*_args, **_kwargs):
+        assert copying_now.wait(30)
+        raise StoreError("the ref was refused")
+
+    if refused == "a-blob":
+        monkeypatch.setattr(upload, "put_content", refused_once_copying)
+    else:
+        monkeypatch.setattr(refs, "write", ref_refused)
+    tier, src = tmp_path / "tier", make_tree(tmp_path / "src")
+    (src / "held.bin").write_bytes(os.urandom(1_500_000))
+    unstuck = threading.Timer(60, release.set)  # before the fix: the save waited for this
+    unstuck.start()
+    try:
+        flags = _flags(file_store, "w", src, **{"local-cache": str(tier)})
+        saved, _ = cache_cmd("save", flags, env)
+        temps = list(tier.glob("tmp/*"))
+        copies = [t.name for t in threading.enumerate() if t.name == "gpuci-tier-fill"]
+    finally:
+        unstuck.cancel()
+        release.set()
+    assert not saved.ok and f"{refused.split('-')[1]} was refused" in saved.headline, saved.headline
+    assert ended == ["stopped"], "the failed save waited for the tier's copy to finish"
+    assert not temps, "the stopped copy left its temp file"
+    assert not copies, "a tier copy went on after the save returned"
+    big = hashlib.sha256((src / "big.bin").read_bytes()).hexdigest()
+    assert big not in _tier_blobs(tier)
+    _assert_tier_intact(tier)
 
 
 @pytest.mark.parametrize("when", ["publishing", "waiting-for-the-copies-of-a-failed-save"])
@@ -359,7 +390,7 @@ def test_a_ctrl_c_beside_the_tiers_copies_ends_them_and_leaves_no_temp_file(
     ends at its next chunk and its temp file goes with it, before the save raises. None goes on
     writing into the tier, nor leaves a partial file of a model's size there for the hour until
     a sweep, once the process has exited under it."""
-    copying_now, release = _copy_held(monkeypatch)
+    copying_now, release, _ended = _copy_held(monkeypatch)
 
     def interrupted(*_args, **_kwargs):
         assert copying_now.wait(30)

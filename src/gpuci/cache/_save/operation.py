@@ -168,8 +168,8 @@ def save(inp: SaveInputs, rt: Runtime) -> Save:
         digest, outcome = _publish(saver, planned, current, warnings)
         if planned.fill is not None:
             planned.fill.wait()
-    except BaseException as exc:
-        _settle(saver, planned.fill, exc)
+    except BaseException:
+        _settle(saver, planned.fill)
         raise
     for note in tier_notes + saver.tier_notes():
         warnings.append((note, "gpu-ci local cache"))
@@ -224,21 +224,20 @@ def _drop_question(store: Store, stop: threading.Event, asked: Background[None] 
     asked.wait(time.monotonic() + QUESTION_GRACE_S)
 
 
-def _settle(saver: Saver, fill: Background[int] | None, failed: BaseException) -> None:
-    """A save failing while the tier's copies go on: let them end (local copies, each
-    bounded); interrupted (Ctrl-C, also one landing in that wait), stop them first, a chunk
-    from where they are. Either way they are over before the save raises: a copy left running
-    after an interrupt was killed with the process, leaving its temp file (a model's size)
-    until a sweep an hour later. The save's own failure (or the Ctrl-C) is the one raised."""
+def _settle(saver: Saver, fill: Background[int] | None) -> None:
+    """A save failing or interrupted while the tier's copies go on: stop them, a chunk from
+    where they are (their temp files removed, nothing of them published), and wait for them
+    to end. Left to finish, a failed save's copy of a model's shard held its failure back by
+    the whole copy, for files no manifest of this save names; left running after an interrupt,
+    it was killed with the process, leaving its temp file (a model's size) until a sweep an
+    hour later. The save's own failure (or the Ctrl-C) is the one raised."""
     if fill is None:
         return
+    saver.stop_fill.set()
     try:
-        if not isinstance(failed, Exception):
-            saver.stop_fill.set()
         with contextlib.suppress(Exception):
             fill.wait()
-    except BaseException:  # a Ctrl-C while a failed save waited for them: stopped too
-        saver.stop_fill.set()
+    except BaseException:  # a Ctrl-C in that wait: the copy still ends at its next chunk
         with contextlib.suppress(Exception):
             fill.wait()
         raise
@@ -341,7 +340,7 @@ def _hash_and_send(
         blobs.finish()
     except BaseException as exc:
         failed = _no_cause(saver) if isinstance(exc, Interrupted) else exc
-        _settle(saver, fill, failed)
+        _settle(saver, fill)
         if failed is exc:
             raise
         raise failed from exc

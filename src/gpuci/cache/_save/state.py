@@ -61,7 +61,7 @@ class Saver:
         self.tier: LocalTier | None = None
         self.not_copied: list[str] = []  # saved files replaced before the tier's copy
         self.filled_up = False  # the tier's disk filled during its copies: the rest were skipped
-        # Set when the save is interrupted: the tier's copies end at their next chunk.
+        # Set when the save fails or is interrupted: the tier's copies end at their next chunk.
         self.stop_fill = threading.Event()
 
     def load_manifest(self, digest: str) -> mf.Manifest | None:
@@ -163,8 +163,8 @@ class Saver:
 
     def fill_tier_beside(self, tree: Tree, files: list[mf.Entry]) -> Background[int] | None:
         """:meth:`fill_tier` on a thread of its own, once every file is read and hashed: the
-        copies go on while the last parts land and the manifest and ref are written (an
-        interrupted save ends them: :attr:`stop_fill`). None: no tier to fill."""
+        copies go on while the last parts land and the manifest and ref are written (a
+        failed or interrupted save ends them: :attr:`stop_fill`). None: no tier to fill."""
         if self.tier is None:
             return None
         from gpuci.background import Background

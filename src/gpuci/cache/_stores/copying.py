@@ -118,8 +118,9 @@ def hash_fd(fd: int, stop: Event | None = None, size: int | None = None) -> str:
 
 
 def _check(stop: Event | None) -> None:
-    """An interrupted save's copy into the tier ends here, a chunk from where it was: an
-    OSError, so the caller drops its temp file as for any failed copy (a cache never fails)."""
+    """A failed or interrupted save's copy into the tier ends here, a chunk from where it
+    was: an OSError, so the caller drops its temp file as for any failed copy (a cache never
+    fails)."""
     if stop is not None and stop.is_set():
         raise InterruptedError(errno.EINTR, "the copy was stopped")
 

@@ -328,8 +328,8 @@ class LocalTier:
         manifest names), never under ``digest``. ``size`` is the size the caller read (and
         made room for; None: the file's now): a file that reads on past it, one a job still
         appends to, is not copied in at all, where the copy went on to wherever the writer
-        was. ``stop`` set (an interrupted save) ends the copy at its next chunk, its temp
-        file removed.
+        was. ``stop`` set (a failed or interrupted save) ends the copy at its next chunk, its
+        temp file removed.
         """
         temp, self.copy_met_full = None, False
         try:
