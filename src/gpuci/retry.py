@@ -22,13 +22,11 @@ import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from gpuci import settings
 
 if TYPE_CHECKING:
-    import threading
-
     import tenacity
 
 __all__ = [
@@ -53,6 +51,15 @@ _MAX_HEADER = 64
 Jitter = Literal["full", "additive", "none"]
 RetryOn = type[BaseException] | tuple[type[BaseException], ...] | Callable[[BaseException], bool]
 T = TypeVar("T")
+
+
+class Cancel(Protocol):
+    """What ends a wait once set: a :class:`threading.Event`, or what answers as one (the S3
+    pool's :class:`~gpuci.cache._stores.s3.pool.StopWait`, two flags at once)."""
+
+    def is_set(self) -> bool: ...
+
+    def wait(self, timeout: float | None = None) -> bool: ...
 
 
 class Interrupted(BaseException):
@@ -164,7 +171,7 @@ class RetryPolicy:
         sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[BaseException | None], None] | None = None,
         now: Callable[[], float] | None = None,
-        cancel: threading.Event | None = None,
+        cancel: Cancel | None = None,
     ) -> tenacity.Retrying:
         """A fresh tenacity controller that retries what ``retry_on`` names (exception classes
         or a predicate), ``attempts`` times at most and, with ``deadline``, never starts a wait
@@ -217,7 +224,7 @@ class RetryPolicy:
         sleep: Callable[[float], None] | None = None,
         on_retry: Callable[[BaseException | None], None] | None = None,
         now: Callable[[], float] | None = None,
-        cancel: threading.Event | None = None,
+        cancel: Cancel | None = None,
     ) -> T:
         """``fn()`` under this policy, as ``self.retrying(...)(fn)`` runs it, but the first
         attempt runs before tenacity is imported: a call that succeeds at once (or fails with
@@ -248,7 +255,7 @@ class RetryPolicy:
 
 
 def _cancellable(
-    sleep: Callable[[float], None] | None, cancel: threading.Event | None
+    sleep: Callable[[float], None] | None, cancel: Cancel | None
 ) -> Callable[[float], None]:
     """The controller's wait: ``sleep`` (``time.sleep`` when None); with ``cancel``, a wait on
     that event instead (or after ``sleep``, a fake clock's), raising :class:`Interrupted` once

@@ -12,7 +12,7 @@ from cache_testing import CREDS
 
 from gpuci.cache._stores.s3.store import S3Store
 from gpuci.errors import StoreError
-from gpuci.retry import Interrupted
+from gpuci.retry import Interrupted, RetryPolicy
 from loopback_http import LoopbackHTTPServer
 
 HELD = 120.0  # how long the silent server holds an answer: far past any test's guard
@@ -102,6 +102,30 @@ def test_a_retry_wait_ends_on_the_stop_flag_and_sends_nothing_after():
         store.on_throttle = stop.set  # a Ctrl-C right after the first SlowDown
         with pytest.raises(Interrupted):
             store.get("refs/default/k")
+    assert len(handler.requests) == 1, handler.requests
+
+
+def test_a_retry_wait_begun_under_a_superseded_flag_ends_when_the_store_is_stopped(monkeypatch):
+    """A failed save's multipart aborts go out under a fresh flag (its own was set by the
+    failure), and a request of the conditional-writes question may begin then and wait out a
+    backoff on that flag, which nobody holds to set. The save's end stops the store with a
+    newer flag (``_drop_question``): that wait ends too, where it slept out its backoff (up to
+    20 s) while the failed save waited for it, and no attempt follows."""
+    monkeypatch.setattr(RetryPolicy, "backoff", lambda _self, _attempt, _rand=None: HELD)
+    handler = _handler(_SlowDown)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        store.stop_flag().set()  # the save's flag, set by its failure
+        store.stop_flag()  # the aborts' fresh flag, current as the question's request begins
+        throttled = threading.Event()
+        store.on_throttle = throttled.set
+        thread, raised = _in_thread(lambda: store.get("refs/default/k"))
+        assert throttled.wait(30), "no SlowDown heard"
+        store.stop_flag().set()  # the save's end: the store stopped
+        thread.join(30)  # a guard against a hang, not a timing: the wait is HELD seconds
+        asleep = thread.is_alive()
+    assert not asleep, "the retry wait slept out its backoff after the store was stopped"
+    assert len(raised) == 1 and isinstance(raised[0], Interrupted), raised
     assert len(handler.requests) == 1, handler.requests
 
 

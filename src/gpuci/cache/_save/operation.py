@@ -57,8 +57,8 @@ OUTCOMES = {
 }
 
 # How long a failed or interrupted save waits for the conditional-writes question once its
-# requests are stopped: it ends at once, unless it sleeps out a retry's wait begun under an
-# earlier transfer's stop flag (that wait is not woken; nothing is sent after it).
+# requests are stopped: it ends at once, its retry waits too, whichever flag they began under
+# (:class:`~gpuci.cache._stores.s3.pool.StopWait`); a bound, not a wait expected to run out.
 QUESTION_GRACE_S = 5.0
 
 Stage = Literal["missing-paths", "no-credentials", "done"]
@@ -213,8 +213,9 @@ def _answer(store: Store, stop: threading.Event, asked: Background[None] | None)
 def _drop_question(store: Store, stop: threading.Event, asked: Background[None] | None) -> None:
     """A save failing or interrupted while the question is asked: end its requests and wait
     for its thread, :data:`QUESTION_GRACE_S` at most. ``stop``, the save's flag, ends a retry's
-    wait begun under it; a fresh flag of the store's, set, ends those in flight and refuses
-    new ones (a failed save's multipart aborts made a fresh, unset one the store's current).
+    wait begun under it; a fresh flag of the store's, set, ends those in flight, refuses new
+    ones and ends the retry waits begun under the fresh, unset flag a failed save's multipart
+    aborts made the store's current one.
     A question left running went on sending probe objects and the store's record after a
     Ctrl-C, from a save that had returned."""
     if asked is None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from urllib.parse import unquote_plus, urlsplit
 
 from gpuci.cache._stores.base import UNKNOWN_MODIFIED
-from gpuci.cache._stores.s3.pool import Pool
+from gpuci.cache._stores.s3.pool import Pool, StopWait
 from gpuci.cache._stores.s3.signer import Address, Presigner
 from gpuci.cache._stores.s3.transport import CONTROL_CAP, BadResponse, count
 from gpuci.retry import BOTOCORE_STANDARD
@@ -244,8 +244,8 @@ class RestClient:
         """botocore's standard retry mode (:data:`gpuci.retry.BOTOCORE_STANDARD`): connection
         errors, 5xx and throttling, ``attempts`` in all; a wait that would end past ``until``
         shrinks to leave a second for one last attempt (``last_try``). Each wait waits on the
-        pool's stop flag (:meth:`~gpuci.cache._stores.s3.pool.Pool.stop_flag`): once a Ctrl-C
-        set it, no attempt follows (:class:`gpuci.retry.Interrupted`).
+        pool's stop flags (:class:`~gpuci.cache._stores.s3.pool.StopWait`): once a Ctrl-C set
+        one, no attempt follows (:class:`gpuci.retry.Interrupted`).
         The last transient answer is returned for the caller to word; a connection that never
         answered is :class:`Unreachable`. A first answer that is final imports no tenacity."""
 
@@ -267,7 +267,7 @@ class RestClient:
                 (OSError, _Transient),
                 deadline=max(0.0, until - time.monotonic()),
                 sleep=self._sleep,
-                cancel=self.pool.stop,
+                cancel=StopWait(self.pool),
             )
         except _Transient as exc:
             return exc.reply

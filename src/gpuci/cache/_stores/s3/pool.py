@@ -9,8 +9,9 @@ rate, and never past the operation's own deadline (``until``).
 A transfer stops the store's requests with its stop flag (:meth:`Pool.stop_flag`, the flag its
 :class:`~gpuci.ranged._pool.WorkPool` stops on): once set (Ctrl-C, or a task that failed for
 good), every request in flight ends at once (the watchdog fires its guard), none is sent
-after, and the client's retry waits on the same flag end with :class:`gpuci.retry.Interrupted`,
-as retry-fetch's aborted downloads do (:func:`gpuci.httpclients.abort`).
+after, and the client's retry waits end with :class:`gpuci.retry.Interrupted`, as retry-fetch's
+aborted downloads do (:func:`gpuci.httpclients.abort`): a wait ends on the flag current when
+its call began or on the store's current one, whichever is set first (:class:`StopWait`).
 """
 
 from __future__ import annotations
@@ -57,6 +58,28 @@ class Stop(threading.Event):
         super().set()
         if self._pool.stop is self:
             WATCHDOG.fire(self._pool)
+        with self._pool.woken:  # the retry waits of this flag, and of earlier ones
+            self._pool.woken.notify_all()
+
+
+class StopWait:
+    """What a request's retry waits on (:func:`gpuci.retry._cancellable`): set once its own
+    transfer's flag (the store's current one when the request began) or the store's current
+    flag is set. On its own flag alone, a wait begun after a fresh flag was made the current one
+    (a failed save's multipart aborts go out on one; the conditional-writes question's requests
+    may begin then) slept out its backoff, up to 20 s, when the store was then stopped by a
+    newer flag (the save's end, :func:`gpuci.cache._save.operation._drop_question`): nobody held
+    the flag it waited on to set it, and its next attempt was refused all the same."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool, self._own = pool, pool.stop
+
+    def is_set(self) -> bool:
+        return self._own.is_set() or self._pool.stop.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._pool.woken:
+            return self._pool.woken.wait_for(self.is_set, timeout)
 
 
 class Pool:
@@ -66,6 +89,7 @@ class Pool:
         self._routes: dict[tuple[str, str], Route] = {}
         self._context: ssl.SSLContext | None = None
         self._lock = threading.Lock()
+        self.woken = threading.Condition()  # notified as any of this store's flags is set
         self.stop = Stop(self)  # the current transfer's flag (:meth:`stop_flag`)
 
     def stop_flag(self) -> Stop:
