@@ -440,18 +440,19 @@ class RunPodClient:
         """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
         its length is not trusted): over it is one line, exit 3. The whole request, from the
         connect to the body's last byte, ends within its deadline (3 x the timeout)."""
-        fresh: list[str] = []  # a connection opened, or an answer's head read: not stale
+        # httpcore's trace: sent on a connection it did not open, no answer's head read
+        seen = {"sent": False, "fresh": False}
 
         def trace(event: str, _info: object) -> None:
-            if ".connect_" in event or event.endswith("receive_response_headers.complete"):
-                fresh.append(event)
+            seen["sent"] |= event.endswith(".send_request_headers.started")
+            seen["fresh"] |= ".connect_" in event or event.endswith("response_headers.complete")
 
         request = self._http.build_request(method, path, extensions={"trace": trace}, **kwargs)
         limit = httpclients.Deadline.after(self._body_seconds)
         try:
             return httpclients.read_bounded(self._http, request, limit, MAX_ANSWER)
         except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            if fresh:
+            if seen["fresh"] or not seen["sent"]:
                 raise
             said = f"{type(exc).__name__}: {excerpt(str(exc), 200)}"
             raise Unanswered(
