@@ -1,10 +1,12 @@
 """The fake RunPod's wire: HTTP/1.1 with keep-alive, as RunPod's front end (Cloudflare) speaks.
 
 Every answer carries its length (``Content-Length``; none on a 204, which RFC 9110 forbids it),
-each request's body is read whole before it is answered, and a connection stays open for the
-next request until it has been idle ``idle_close_s``: then the server closes it, as a front end
-closes idle connections. So every pods test reuses its client's pooled connections, and meets
-the server's idle close when its client pauses.
+each request's body is read whole before it is answered (a chunked body, which gpu-ci never
+sends, or an unreadable length is refused with 400 and the connection closed, where the real
+front end would read it: a client change that sends one shows here), and a connection stays
+open for the next request until it has been idle ``idle_close_s``: then the server closes it,
+as a front end closes idle connections. So every pods test reuses its client's pooled
+connections, and meets the server's idle close when its client pauses.
 
 What a test can script here (:class:`Wire`), beyond the API's own answers:
 
