@@ -46,6 +46,7 @@ def host(request, fake: FakeRunPod, clock: FakeClock, tmp_path) -> PodHost:
 def fake(clock: FakeClock) -> Iterator[FakeRunPod]:
     with FakeRunPod(clock=clock.now) as server:
         yield server
+    assert server.wire.errors == [], "the fake RunPod failed:\n" + "\n".join(server.wire.errors)
 
 
 @pytest.fixture
@@ -58,6 +59,7 @@ def live(request) -> Iterator[FakeRunPod]:
     steps = getattr(request.module, "LIVE_STEPS_TO_RUNNING", 1)
     with FakeRunPod(steps_to_running=steps) as server:
         yield server
+    assert server.wire.errors == [], "the fake RunPod failed:\n" + "\n".join(server.wire.errors)
 
 
 @pytest.fixture

@@ -5,7 +5,9 @@ Every request body is validated against the spec's own schema (``CreatePodReques
 cross-field rules the handler enforces answer 400. Pods move PROVISIONING -> STARTING ->
 RUNNING one step per ``getPod``; actions follow the spec's transition table (409 otherwise);
 billing accrues ``cost`` per RUNNING second on an injectable clock. Faults are scripted per
-route: 429 with ``Retry-After``, 5xx, capacity (400), no access (403), low balance (402).
+route: 429 with ``Retry-After``, 5xx, capacity (400), no access (403), low balance (402). It
+speaks HTTP/1.1 with keep-alive and closes idle connections, as RunPod's front end does
+(:mod:`fake_runpod_wire`, which also drops or garbles what a test scripts).
 
 Beyond the schema: at most 50 env variables per pod (RunPod's docs, "Environment variables":
 "You can configure up to 50 environment variables per Pod"; no value-length limit is published,
@@ -30,11 +32,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from fake_runpod_wire import Wire, handler_for
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-from loopback_http import JsonAPIHandler, LoopbackHTTPServer
+from loopback_http import LoopbackHTTPServer
 
 # A verbatim copy of RunPod's published OpenAPI document, so the tests run anywhere.
 SPEC_PATH = Path(__file__).with_name("runpod-openapi-v2.json")
@@ -189,42 +192,17 @@ class FakeRunPod:
         self.restarts: list[str] = []  # pods restarted by an update of their env
         self.delete_started = threading.Event()  # a DELETE arrived (set before its delay)
         self._server: LoopbackHTTPServer | None = None
+        # HTTP/1.1 with keep-alive, what the wire drops or garbles, the fake's own failures
+        self.wire = Wire()
 
     # ----- harness -----------------------------------------------------------------------
     def start(self) -> FakeRunPod:
-        fake = self
-
-        class Handler(JsonAPIHandler):
-            def _serve(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b""
-                if self.command == "DELETE":
-                    fake.delete_started.set()
-                    time.sleep(fake.delete_delay)  # the pod lives until the delay is over
-                status, headers, body = fake.handle(
-                    self.command, self.path, raw, self.headers.get("Authorization", "")
-                )
-                data = b"" if body is None else json.dumps(body).encode()
-                if fake.create_delay and self.command == "POST" and self.path == "/v2/pods":
-                    time.sleep(fake.create_delay)  # the pod exists; its id isn't known yet
-                self.send_response(status)
-                ctype = "application/problem+json" if status >= 400 else "application/json"
-                if data:
-                    self.send_header("Content-Type", ctype)
-                self.send_header("Content-Length", str(len(data)))
-                for k, v in headers.items():
-                    self.send_header(k, v)
-                self.end_headers()
-                if data:
-                    self.wfile.write(data)
-
-            do_GET = do_POST = do_PATCH = do_DELETE = _serve
-
-        self._server = LoopbackHTTPServer(Handler).__enter__()
+        self._server = LoopbackHTTPServer(handler_for(self)).__enter__()
         return self
 
     def stop(self) -> None:
         if self._server:
+            self.wire.close_all()
             self._server.__exit__()
 
     def __enter__(self) -> FakeRunPod:

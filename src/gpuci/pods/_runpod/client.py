@@ -55,6 +55,15 @@ class Transient(RunPodError):
         self.retry_after = retry_after
 
 
+class Unanswered(Transient):
+    """A reused (kept-alive) connection lost before any answer came: the server had closed it
+    as idle while the request was on its way, so it never saw that request. Retried at once,
+    with no backoff (RunPod is not unhealthy); a create's retry still looks for its pod first."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=0.0)
+
+
 class CandidateRejected(RunPodError):
     """400 or 403 on create: this GPU type / data centre cannot be placed; try the next one."""
 
@@ -386,8 +395,12 @@ class RunPodClient:
         raised instead, so no request outlasts the phase that made it."""
         left = None if deadline is None else deadline - self._clock.now()
         return self._policy.retrying(
-            Transient, deadline=left, sleep=self._clock.sleep, now=self._clock.now
+            Transient, deadline=left, sleep=self._wait, now=self._clock.now
         )
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:  # an :class:`Unanswered` retry waits for nothing
+            self._clock.sleep(seconds)
 
     def _retried(self, attempt: Callable[[int], T], deadline: float | None) -> T:
         """``attempt(n)`` (n from 1) under :meth:`_retrying`; a failure whose retry the
@@ -427,10 +440,24 @@ class RunPodClient:
         """Send, and read at most :data:`MAX_ANSWER` bytes of the answer (a server's claim of
         its length is not trusted): over it is one line, exit 3. The whole request, from the
         connect to the body's last byte, ends within its deadline (3 x the timeout)."""
-        request = self._http.build_request(method, path, **kwargs)
+        # httpcore's trace: sent on a connection it did not open, no answer's head read
+        seen = {"sent": False, "fresh": False}
+
+        def trace(event: str, _info: object) -> None:
+            seen["sent"] |= event.endswith(".send_request_headers.started")
+            seen["fresh"] |= ".connect_" in event or event.endswith("response_headers.complete")
+
+        request = self._http.build_request(method, path, extensions={"trace": trace}, **kwargs)
         limit = httpclients.Deadline.after(self._body_seconds)
         try:
             return httpclients.read_bounded(self._http, request, limit, MAX_ANSWER)
+        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+            if seen["fresh"] or not seen["sent"]:
+                raise
+            said = f"{type(exc).__name__}: {excerpt(str(exc), 200)}"
+            raise Unanswered(
+                f"{what}: a kept-alive connection closed unanswered ({said})"
+            ) from None
         except untrusted_json.Unusable as exc:
             raise RunPodError(
                 f"{what}: RunPod API answered with a body {exc}"[:300],
