@@ -82,11 +82,13 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.01)
 
 
-def run_cli(
+def run_python(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh interpreter (``-c CODE`` or ``-m MODULE``), output captured;
+    the exit code is the caller's to assert."""
     return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         env=env if env is not None else clean_env(),
@@ -94,6 +96,12 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return run_python("-m", "gpuci", *args, env=env, cwd=cwd, timeout=timeout)
 
 
 class FileCommandError(RuntimeError):
