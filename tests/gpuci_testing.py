@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -80,6 +81,24 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {timeout:g} s: {what or condition}")
         time.sleep(0.01)
+
+
+def outcome_in_thread(call: Callable[[], object], timeout: float = 60) -> list[object]:
+    """``call()`` in a daemon thread, waited on for ``timeout`` s: ``[its value]`` or ``[what it
+    raised]``, or ``[]`` while it still runs (an ``open`` of a FIFO waits for the other end
+    for ever: the caller opens that end to release it)."""
+    got: list[object] = []
+
+    def run() -> None:
+        try:
+            got.append(call())
+        except BaseException as exc:  # the test reads what came out (Interrupted is a Base...)
+            got.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return got
 
 
 def run_python(
