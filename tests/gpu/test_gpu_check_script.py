@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from gpuci.gpu.fake.nvml import FakeNvml
+from gpuci_testing import run_python
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 
@@ -177,8 +178,5 @@ def test_the_package_runs_from_src_with_only_nvidia_ml_py(gpu_env, tmp_path: Pat
     src = SCRIPT.parents[1] / "src"
     env = gpu_env(tmp_path, PYTHONPATH=f"{src}:{site}", GPUCI_FAKE_NVML="h200")
     for command in (["gpu-setup"], ["gpu-smoke", "--framework", "none"]):
-        proc = subprocess.run(
-            [sys.executable, "-S", "-m", "gpuci", *command, "--json"],
-            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        )  # fmt: skip
+        proc = run_python("-S", "-m", "gpuci", *command, "--json", env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
