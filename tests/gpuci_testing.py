@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -82,11 +83,31 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
         time.sleep(0.01)
 
 
-def run_cli(
+def outcome_in_thread(call: Callable[[], object], timeout: float = 60) -> list[object]:
+    """``call()`` in a daemon thread, waited on for ``timeout`` s: ``[its value]`` or ``[what it
+    raised]``, or ``[]`` while it still runs (an ``open`` of a FIFO waits for the other end
+    for ever: the caller opens that end to release it)."""
+    got: list[object] = []
+
+    def run() -> None:
+        try:
+            got.append(call())
+        except BaseException as exc:  # the test reads what came out (Interrupted is a Base...)
+            got.append(exc)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    return got
+
+
+def run_python(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh interpreter (``-c CODE`` or ``-m MODULE``), output captured;
+    the exit code is the caller's to assert."""
     return subprocess.run(
-        [sys.executable, "-m", "gpuci", *args],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         env=env if env is not None else clean_env(),
@@ -94,6 +115,12 @@ def run_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    return run_python("-m", "gpuci", *args, env=env, cwd=cwd, timeout=timeout)
 
 
 class FileCommandError(RuntimeError):

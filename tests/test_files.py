@@ -12,7 +12,7 @@ import pytest
 
 from gpuci import files, untrusted_json
 from gpuci.errors import InfraError, InputError
-from gpuci_testing import count_listed
+from gpuci_testing import count_listed, outcome_in_thread
 
 
 def test_atomic_write_returns_the_digest_and_leaves_no_incomplete(tmp_path: Path) -> None:
@@ -155,8 +155,6 @@ def test_a_planted_temporary_is_replaced_never_written_through(tmp_path: Path) -
     planted at ``<name>.incomplete`` had the bytes written through it into its target (then
     the link renamed over the name), and a FIFO held ``open`` until the job was killed, so the
     gate never said it errored. What is there is removed and the file made anew."""
-    import threading
-
     victim = tmp_path / "victim"
     victim.write_bytes(b"keep")
     target = tmp_path / "out" / "gate.json"
@@ -167,17 +165,7 @@ def test_a_planted_temporary_is_replaced_never_written_through(tmp_path: Path) -
     assert target.read_bytes() == b"report" and not target.is_symlink()
 
     os.mkfifo(files.incomplete_path(target))
-    done: list[object] = []
-
-    def write() -> None:
-        try:
-            done.append(files.atomic_write_bytes(target, b"again"))
-        except Exception as exc:  # the test reads what came out
-            done.append(exc)
-
-    worker = threading.Thread(target=write, daemon=True)
-    worker.start()
-    worker.join(60)
+    done = outcome_in_thread(lambda: files.atomic_write_bytes(target, b"again"))
     if not done:  # release the writer still waiting in open(), then fail
         os.close(os.open(files.incomplete_path(target), os.O_RDONLY | os.O_NONBLOCK))
     assert done == [hashlib.sha256(b"again").hexdigest()], done

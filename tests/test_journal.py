@@ -4,29 +4,12 @@ regular file) planted where it lives is refused in one line."""
 from __future__ import annotations
 
 import os
-import threading
 
 import pytest
 
 from gpuci import journal
 from gpuci.errors import JournalError
-
-
-def record_in_thread(env: dict[str, str]) -> list[object]:
-    """``journal.record`` in a thread: what it raised (or None), once it ended."""
-    got: list[object] = []
-
-    def write() -> None:
-        try:
-            journal.record("gate", {"passed": True}, env)
-            got.append(None)
-        except Exception as exc:  # the test reads what came out
-            got.append(exc)
-
-    worker = threading.Thread(target=write, daemon=True)
-    worker.start()
-    worker.join(20)
-    return got
+from gpuci_testing import outcome_in_thread
 
 
 def test_a_fifo_no_one_reads_is_refused_not_waited_on(tmp_path):
@@ -34,7 +17,8 @@ def test_a_fifo_no_one_reads_is_refused_not_waited_on(tmp_path):
     a reader for ever, and with it the gate."""
     fifo = tmp_path / "gpuci-journal.jsonl"
     os.mkfifo(fifo)
-    got = record_in_thread({"RUNNER_TEMP": str(tmp_path)})
+    env = {"RUNNER_TEMP": str(tmp_path)}
+    got = outcome_in_thread(lambda: journal.record("gate", {"passed": True}, env), timeout=20)
     if not got:  # release the writer still waiting in open(), then fail
         os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
     assert got, "still waiting on the FIFO after 20 s"

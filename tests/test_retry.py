@@ -349,25 +349,17 @@ def test_a_cancel_ends_a_retrys_wait_and_no_attempt_follows():
     import threading
 
     from gpuci.retry import Interrupted
+    from gpuci_testing import outcome_in_thread
 
     cancel = threading.Event()
     calls: list[int] = []
-    outcome: list[BaseException] = []
 
     def flaky() -> None:
         calls.append(1)
         threading.Timer(0.2, cancel.set).start()  # Ctrl-C while the controller waits
         raise ValueError("503")
 
-    def run() -> None:
-        policy = RetryPolicy(attempts=3, initial=600.0, max_wait=600.0, jitter="none")
-        try:
-            policy.call(flaky, ValueError, cancel=cancel)
-        except BaseException as exc:
-            outcome.append(exc)
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(30)
-    assert not worker.is_alive(), "the retry still waited 30 s after its cancel"
+    policy = RetryPolicy(attempts=3, initial=600.0, max_wait=600.0, jitter="none")
+    outcome = outcome_in_thread(lambda: policy.call(flaky, ValueError, cancel=cancel), 30)
+    assert outcome, "the retry still waited 30 s after its cancel"
     assert len(calls) == 1 and isinstance(outcome[0], Interrupted), outcome

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import importlib.util
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from action_env import run_gpuci_action
+
+from loopback_http import LoopbackHTTPServer
 
 SECRET = "s3cr3t-token-5f2c9a"
 BODY = b"weights" * 1000
@@ -37,12 +38,8 @@ class _Handler(BaseHTTPRequestHandler):
 @pytest.fixture
 def server() -> Iterator[str]:
     _Handler.seen = []
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}/model.bin"
-    httpd.shutdown()
-    httpd.server_close()
+    with LoopbackHTTPServer(_Handler) as httpd:
+        yield f"http://127.0.0.1:{httpd.port}/model.bin"
 
 
 @pytest.mark.skipif(

@@ -536,26 +536,20 @@ def test_segments_slower_than_min_rate_fail_their_attempts(tmp_path, four_segmen
     (the S3 store's rule): a server pacing each connection under it ends the download with the
     rate's line, long before the deadline, instead of trickling on until it."""
     from gpuci.errors import FetchError
+    from gpuci_testing import outcome_in_thread
 
     policy = replace(four_segments, attempts=2, timeout=0.5, deadline=600, min_rate=1 << 20)
-    failed: list[BaseException] = []
-
-    def fetch(url: str) -> None:
-        try:
-            fetch_file(url, tmp_path / "out.bin", BIG_SHA, policy=policy)
-        except FetchError as exc:
-            failed.append(exc)
-
     with FaultyServer(rate=50_000) as srv:  # each connection far under 1 MiB/s (a 128 KiB
         # segment at 200 KB/s ended at about the moment its rate fell short: marginal)
         srv.add("/big", BIG)
-        worker = threading.Thread(target=fetch, args=(srv.url("/big"),), daemon=True)
-        worker.start()
-        worker.join(60)
-        assert not worker.is_alive(), "the paced download still ran after 60 s"
+        url = srv.url("/big")
+        failed = outcome_in_thread(
+            lambda: fetch_file(url, tmp_path / "out.bin", BIG_SHA, policy=policy)
+        )
+        assert failed, "the paced download still ran after 60 s"
         closed = [g for g in ranged(srv, "/big") if not g.range.endswith("-")]
     assert closed, "no segment was asked for"
-    assert failed and "min-rate, 1.0 MiB/s" in str(failed[0]), failed
+    assert isinstance(failed[0], FetchError) and "min-rate, 1.0 MiB/s" in str(failed[0]), failed
     assert not (tmp_path / "out.bin").exists()
 
 

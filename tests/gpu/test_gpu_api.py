@@ -6,8 +6,6 @@ from __future__ import annotations
 import io
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +14,7 @@ from gpuci.errors import CheckFailed, InfraError, InputError, NvmlUnavailable
 from gpuci.gpu import api
 from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci.runtime import Runtime
-from gpuci_testing import REPO, clean_env, commands_loaded
+from gpuci_testing import REPO, clean_env, commands_loaded, run_python
 
 
 def runtime(tmp: Path, fake: str | None = None, dry_run: bool = False, **env: str) -> Runtime:
@@ -166,14 +164,7 @@ def test_the_library_loads_no_command(tmp_path: Path) -> None:
         "GPUCI_JOURNAL": str(tmp_path / "journal.jsonl"),
         "GPUCI_FAKE_NVML": "h200,h200",
     }
-    proc = subprocess.run(
-        [sys.executable, "-c", _LIBRARY_USER],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python("-c", _LIBRARY_USER, env=env)
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout)
     assert got["gpus"] == 2 and got["smoke"] is True

@@ -11,19 +11,43 @@ from pathlib import Path
 import pytest
 
 from gpuci.gpu.fake.nvml import FakeNvml
+from gpuci_testing import run_python
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 
 
+# What a CPU-only torch build answers the script (no CUDA: "Torch not compiled with CUDA
+# enabled" at the first CUDA call), without the seconds each import of the real one takes on
+# CI: five in a run with the extras, most of its time (the real CPU build is driven in
+# tests/smoke/test_smoke_load.py).
+CPU_ONLY_TORCH = """
+import sys
+from types import ModuleType, SimpleNamespace
+def no_cuda(*args, **kwargs):
+    raise AssertionError("Torch not compiled with CUDA enabled")
+__version__, version = "2.5.1+cpu", SimpleNamespace(cuda=None)
+bfloat16, float16, float32 = "bfloat16", "float16", "float32"
+ones = randn = no_cuda
+cuda = sys.modules["torch.cuda"] = ModuleType("torch.cuda")
+cuda.is_available, cuda.device_count = lambda: False, lambda: 0
+cuda.init = cuda.synchronize = cuda.get_device_properties = no_cuda
+cuda.nccl = SimpleNamespace(is_available=lambda buffers: True, all_reduce=no_cuda)
+"""
+
+
 @pytest.fixture
 def script(tmp_path: Path, gpu_env):
-    """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``."""
+    """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``, with
+    :data:`CPU_ONLY_TORCH` for torch (the script puts src/ before it on PYTHONPATH)."""
+    torch = tmp_path / "cpu-only-torch"
+    torch.mkdir()
+    (torch / "torch.py").write_text(CPU_ONLY_TORCH)
 
     def run_script(
         *args: str, timeout: float = 180, **env: str
     ) -> subprocess.CompletedProcess[str]:
         environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
-        environ.update(env)
+        environ.update(PYTHONPATH=str(torch), **env)
         return subprocess.run(
             ["bash", str(SCRIPT), *args],
             env=environ,
@@ -117,6 +141,11 @@ def test_extras_record_everything_the_issue_lists_on_a_cpu(script, tmp_path: Pat
     assert first["throttle_s"]["power"] == 41.25
     assert first["nvlinks_up"] == 18 and first["persistence_mode"] is True
     assert "nvml open" in (out / "identities.txt").read_text()
+    # the NCCL child ran on GPU 0, then on both: each answered, with a CPU-only build's error
+    lines = (out / "nccl-child.txt").read_text().splitlines()
+    nccl = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["gpus"] for r in nccl] == [[0], [0, 1]]
+    assert all("Torch not compiled with CUDA enabled" in r["error"] for r in nccl)
     assert "budget120: exit 0" in text
     # the digest: per-check seconds next to the dry-run estimates, the health counters
     assert "repeat1: no report" not in text
@@ -149,8 +178,5 @@ def test_the_package_runs_from_src_with_only_nvidia_ml_py(gpu_env, tmp_path: Pat
     src = SCRIPT.parents[1] / "src"
     env = gpu_env(tmp_path, PYTHONPATH=f"{src}:{site}", GPUCI_FAKE_NVML="h200")
     for command in (["gpu-setup"], ["gpu-smoke", "--framework", "none"]):
-        proc = subprocess.run(
-            [sys.executable, "-S", "-m", "gpuci", *command, "--json"],
-            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path,
-        )  # fmt: skip
+        proc = run_python("-S", "-m", "gpuci", *command, "--json", env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr

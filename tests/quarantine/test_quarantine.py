@@ -15,7 +15,7 @@ import pytest
 
 from forges.fake_forges import FakeForges
 from forges.forge_base import GH
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli, run_python
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BAD_GPU = "h200:ecc+=1,h200"
@@ -261,9 +261,6 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path, api):
-    import subprocess
-    import sys
-
     this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     env = clean_env(
         GPUCI_FAKE_NVML=BAD_GPU,
@@ -272,15 +269,7 @@ def test_on_an_image_without_httpx_the_verdict_stands_with_one_warning(tmp_path,
         **gh(api, RUNNER_NAME="gpu-node"),
     )
     command = "gpu-smoke --framework none --on-failure quarantine --quarantine-labels gpu-large"
-    proc = subprocess.run(
-        [sys.executable, "-c", NO_HTTPX, *command.split()],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=120,
-        check=False,
-    )
+    proc = run_python("-c", NO_HTTPX, *command.split(), env=env, cwd=tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "httpx is not installed" in warnings[0]

@@ -12,8 +12,6 @@ import http.client
 import os
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -300,15 +298,9 @@ class Run:
 
 def run_measured(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 240) -> Run:
     """``python -m gpuci ARGS`` in a fresh interpreter; its exit code, output and peak RSS."""
-    done = subprocess.run(
-        [sys.executable, "-c", _MEASURED, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=timeout,
-        check=False,
-    )
+    from gpuci_testing import run_python
+
+    done = run_python("-c", _MEASURED, *args, env=env, cwd=cwd, timeout=timeout)
     err, _, peak = done.stderr.rpartition("peak-rss-kib")
     return Run(done.returncode, done.stdout + err, int(peak.split()[0]) if peak else -1)
 

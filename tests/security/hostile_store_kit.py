@@ -107,6 +107,16 @@ def plant(
     return digest
 
 
+def plant_models(store: StoreCase, **more: bytes) -> str:
+    """Key ``k``: a model folder of ``sub/w.bin``, the files ``more`` names and ``z.bin`` (last,
+    so a placement failing on it has placed the others)."""
+    files = {"sub/w.bin": b"weights", **more, "z.bin": b"z"}
+    entries = [{"type": "file", "root": 0, "path": path} for path in files]
+    return plant(
+        store, "k", [{"type": "dir", "root": 0, "path": "sub", "mode": 0o755}, *entries], files
+    )
+
+
 def put_ref(store: StoreCase, quoted_key: str, digest: str, namespace: str = "default") -> None:
     """A ref under an object name of the attacker's choosing (already quoted)."""
     body = canonical({"format": 1, "key": quoted_key, "manifest": digest})

@@ -17,7 +17,6 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ from hostile_http import (
     trickled_headers,
 )
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, outcome_in_thread, run_cli
 
 DEADLINE = ["--deadline", "2s", "--timeout", "1s", "--attempts", "1"]
 ENDED_AT_ALL = 90  # seconds: the server below goes on far longer than this
@@ -109,19 +108,11 @@ def test_a_deadline_in_a_library_call_bounds_its_headers(evil: HostileServer, tm
 
     evil.route("/f.bin", endless_early_hints())
     policy = FetchPolicy(attempts=1, timeout=1, deadline=1)
-    failed: list[BaseException] = []
-
-    def fetch() -> None:
-        try:
-            fetch_file(evil.url("/f.bin"), tmp_path / "f.bin", policy=policy)
-        except FetchError as exc:
-            failed.append(exc)
-
-    worker = threading.Thread(target=fetch, daemon=True)
-    worker.start()
-    worker.join(ENDED_AT_ALL)
-    assert not worker.is_alive(), f"fetch_file still ran after {ENDED_AT_ALL}s"
-    assert failed and "deadline of 1s" in str(failed[0])
+    failed = outcome_in_thread(
+        lambda: fetch_file(evil.url("/f.bin"), tmp_path / "f.bin", policy=policy), ENDED_AT_ALL
+    )
+    assert failed, f"fetch_file still ran after {ENDED_AT_ALL}s"
+    assert isinstance(failed[0], FetchError) and "deadline of 1s" in str(failed[0]), failed
 
 
 # ----- the slowest body accepted (min-rate) --------------------------------------------------

@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from pathlib import Path
 
 import pytest
 
 from gpuci.fetch import _partial
+from gpuci_testing import outcome_in_thread
 
 URL = "http://127.0.0.1:9/f.bin"
 
@@ -46,21 +46,10 @@ def test_a_partial_swapped_for_a_fifo_after_its_checks_is_not_waited_on(
         return found
 
     monkeypatch.setattr(_partial, "inspect", inspect_then_swap)
-    got: list[object] = []
-
-    def load() -> None:
-        try:
-            got.append(_partial.Partial(dest, URL))
-        except Exception as exc:  # the test reads what came out
-            got.append(exc)
-
-    worker = threading.Thread(target=load, daemon=True)
-    worker.start()
-    worker.join(60)
-    hung = worker.is_alive()
+    got = outcome_in_thread(lambda: _partial.Partial(dest, URL))
+    hung = not got
     if hung:  # release the open still waiting for a writer
         os.close(os.open(part, os.O_WRONLY | os.O_NONBLOCK))
-        worker.join(60)
     assert not hung, "the open of the partial waited on a FIFO swapped in after the checks"
     (partial,) = got
     assert isinstance(partial, _partial.Partial)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ from hostile_store_kit import StoreCase, cache_cmd, deep_folder, remove_deep, sa
 from gpuci.cache import _layout as layout
 from gpuci.cache._stores.file import LocalStore
 from gpuci.errors import StoreError
+from gpuci_testing import outcome_in_thread
 
 
 def _tree(root: Path) -> Path:
@@ -24,22 +25,6 @@ def _tree(root: Path) -> Path:
     (root / "w.bin").write_bytes(os.urandom(layout.PACK_THRESHOLD + 1))  # a blob
     (root / "s.txt").write_text("small")  # packed
     return root
-
-
-def _get_in_a_thread(store: LocalStore, key: str) -> list[object]:
-    """store.get(key), given 60 s: a FIFO would hold ``open`` until someone writes to it."""
-    got: list[object] = []
-
-    def get() -> None:
-        try:
-            got.append(store.get(key))
-        except Exception as exc:  # the test reads what came out
-            got.append(exc)
-
-    worker = threading.Thread(target=get, daemon=True)
-    worker.start()
-    worker.join(60)
-    return got
 
 
 @pytest.mark.parametrize("what", ["ref", "manifest"])
@@ -56,7 +41,7 @@ def test_a_fifo_planted_as_an_object_is_refused_in_one_line_not_waited_on(
     fifo.unlink()
     os.mkfifo(fifo)
     try:
-        got = _get_in_a_thread(LocalStore(file_store.root), key)
+        got = outcome_in_thread(partial(LocalStore(file_store.root).get, key))
     finally:  # release a reader still blocked in open(), whatever the outcome
         try:
             os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
@@ -176,14 +161,9 @@ def test_a_long_name_record_planted_as_a_fifo_is_not_waited_on_by_a_listing(
     (folder / name).write_bytes(b"{}")
     record = folder / (name + file_store_module.NAME_SUFFIX)
     os.mkfifo(record)
-    listed: list[object] = []
     store = LocalStore(file_store.root)
-    worker = threading.Thread(
-        target=lambda: listed.append(list(store.list(layout.REFS + "/"))), daemon=True
-    )
-    worker.start()
-    worker.join(60)
-    if worker.is_alive():  # release the reader blocked in open()
+    listed = outcome_in_thread(lambda: list(store.list(layout.REFS + "/")))
+    if not listed:  # release the reader blocked in open()
         os.close(os.open(record, os.O_WRONLY | os.O_NONBLOCK))
     assert listed == [[]], "the listing waited on the FIFO (or listed the planted name)"
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import leftovers, plant, replace_fails_on, restore_to, snapshot
+from hostile_store_kit import leftovers, plant, plant_models, replace_fails_on, restore_to, snapshot
 
 from gpuci.cache._restore import staging
 
@@ -40,17 +40,7 @@ def disk(tmp_path) -> Iterator[Path]:
 
 
 def _plant_models(store) -> None:
-    plant(
-        store,
-        "k",
-        [
-            {"type": "dir", "root": 0, "path": "sub", "mode": 0o755},
-            {"type": "file", "root": 0, "path": "sub/w.bin"},
-            {"type": "file", "root": 0, "path": "README"},
-            {"type": "file", "root": 0, "path": "z.bin"},
-        ],
-        {"sub/w.bin": b"weights", "README": b"cached readme\n", "z.bin": b"z"},
-    )
+    plant_models(store, README=b"cached readme\n")
 
 
 def test_a_restore_into_a_mount_point_merges_into_it(file_store, env, disk):

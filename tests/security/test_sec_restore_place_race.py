@@ -14,23 +14,10 @@ import stat
 from pathlib import Path
 
 import pytest
-from hostile_store_kit import leftovers, plant, restore_to
+from hostile_store_kit import leftovers, plant_models, restore_to
 
 from gpuci.cache._restore import merge
 from gpuci.cache._restore import staging as stage
-
-
-def _plant_models(store) -> None:
-    plant(
-        store,
-        "k",
-        [
-            {"type": "dir", "root": 0, "path": "sub", "mode": 0o755},
-            {"type": "file", "root": 0, "path": "sub/w.bin"},
-            {"type": "file", "root": 0, "path": "z.bin"},
-        ],
-        {"sub/w.bin": b"weights", "z.bin": b"z"},
-    )
 
 
 def _other_restore_takes(folder: Path) -> None:
@@ -44,7 +31,7 @@ def test_a_folder_restored_meanwhile_by_another_job_is_kept_and_merged_into(
 ):
     """rv5 F2: B found the target missing; A renamed its folder into place; B's rename failed
     (ENOTEMPTY) and B's undo deleted A's folder. Now B merges into it and A's folder stays."""
-    _plant_models(file_store)
+    plant_models(file_store)
     (tmp_path / "w").mkdir()
     target = tmp_path / "w" / "t"
     real_put = merge.Placement._put
@@ -68,7 +55,7 @@ def test_a_failed_merge_leaves_a_name_another_restore_took_meanwhile(
     """Inside a merge: ``sub`` was missing, the other restore made it before this one's rename
     (which failed: it is merged into instead), and a later step failed. The undo leaves ``sub``
     as the other made it."""
-    _plant_models(file_store)
+    plant_models(file_store)
     target = tmp_path / "t"
     target.mkdir()
     real_put = merge.Placement._put
@@ -94,7 +81,7 @@ def test_the_undo_leaves_what_replaced_a_placed_file_meanwhile(
 ):
     """A name this restore placed, then another restore replaced: the undo moves back only the
     inode it placed (by device and inode), never the other's."""
-    _plant_models(file_store)
+    plant_models(file_store)
     target = tmp_path / "t"
     target.mkdir()
     real_put = merge.Placement._put

@@ -36,7 +36,7 @@ from hostile_s3 import (
 from hostile_s3 import hostile_env as _env
 from treeutil import snapshot, write_tree
 
-from gpuci_testing import REPO
+from gpuci_testing import run_python
 
 PEAK_KIB = 300 * 1024
 SAVED_BYTES = 3_000_000  # the large file of the tree the ``saved`` fixture saves
@@ -284,8 +284,6 @@ def test_save_and_restore_with_profile_credentials_never_import_boto3(
     probe += "code = 0\ntry:\n    runpy.run_module('gpuci', run_name='__main__')\n"
     probe += "except SystemExit as exc:\n    code = exc.code\n"
     probe += "print('boto3 loaded:', 'boto3' in sys.modules, file=sys.stderr)\nsys.exit(code)\n"
-    import subprocess
-
     with Hostile(moto_endpoint) as hostile:
         hostile.rule = None
         store = ["--store", f"s3://{bucket}/p", "--endpoint-url", hostile.url]
@@ -294,16 +292,8 @@ def test_save_and_restore_with_profile_credentials_never_import_boto3(
             ["save", *store, "--key", "prof", "--path", str(src)],
             ["restore", *store, "--key", "prof", "--path", str(tmp_path / "out")],
         ):
-            runs.append(
-                subprocess.run(
-                    [sys.executable, "-c", probe, "cache-weights", *args],
-                    env={**env, "GPUCI_MULTIPART_THRESHOLD": "5MiB"},
-                    cwd=REPO,
-                    capture_output=True,
-                    text=True,
-                    timeout=200,
-                )
-            )
+            threshold = {**env, "GPUCI_MULTIPART_THRESHOLD": "5MiB"}
+            runs.append(run_python("-c", probe, "cache-weights", *args, env=threshold, timeout=200))
         seen = list(hostile.seen)
     for done in runs:
         assert done.returncode == 0, done.stdout + done.stderr

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cache"))
 from hostile_s3 import one_error_line, run_measured, s3_cli_env
 
 from gpuci_testing import REPO, hears_ctrl_c, refused_url, wait_until
+from loopback_http import LoopbackHTTPServer
 
 FAST = {"GPUCI_S3_TIMEOUT": "0.5"}
 # Far past the 4 s an operation may take here, far short of botocore's own limits.
@@ -439,12 +440,8 @@ def refusing_sts() -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    with ThreadingHTTPServer(("127.0.0.1", 0), Handler) as server:
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        try:
-            yield f"http://127.0.0.1:{server.server_address[1]}"
-        finally:
-            server.shutdown()
+    with LoopbackHTTPServer(Handler) as server:
+        yield f"http://127.0.0.1:{server.port}"
 
 
 def test_sts_refusing_the_web_identity_role_is_one_line(tmp_path):

@@ -9,7 +9,6 @@ import errno
 import fcntl
 import json
 import os
-import threading
 import time
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from gpuci.cache._format import manifest as mf
 from gpuci.cache._stores import copying, tier_evict
 from gpuci.cache._stores.tier import LocalTier
 from gpuci.errors import InputError
+from gpuci_testing import outcome_in_thread
 
 MODES = ("copy", "verify", "link")
 
@@ -155,11 +155,8 @@ def test_eviction_never_waits_for_a_lock_another_process_holds(tmp_path: Path) -
     (tmp_path / "tier").mkdir(mode=0o700)
     held = os.open(tmp_path / "tier" / "evict.lock", os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(held, fcntl.LOCK_EX)  # e.g. a child that inherited an evicting job's lock
-    done: list[tuple[int, int]] = []
-    worker = threading.Thread(target=lambda: done.append(tier_evict.evict(tier)), daemon=True)
     try:
-        worker.start()
-        worker.join(60)
+        done = outcome_in_thread(lambda: tier_evict.evict(tier))
         assert done == [(0, 0)], "eviction waited for the lock"
     finally:
         os.close(held)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from gpuci_testing import REPO, clean_env, run_cli
+from gpuci_testing import clean_env, run_cli, run_python
 
 BLOCKER = """
 import sys
@@ -160,19 +159,9 @@ def test_wrong_typed_inputs_exit_2_in_one_line_before_any_gpu_is_read(tmp_path):
 
 
 def test_runs_without_boto3_tenacity_httpx_or_yaml(tmp_path):
-    import subprocess
-
     env = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     args = ["gpu-smoke", "--framework", "none", "--report", str(tmp_path / "r.json")]
-    proc = subprocess.run(
-        [sys.executable, "-c", BLOCKER, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=60,
-        check=False,
-    )
+    proc = run_python("-c", BLOCKER, *args, env=env, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "LOADED \n" in proc.stderr or proc.stderr.rstrip().endswith("LOADED")
     assert json.loads((tmp_path / "r.json").read_text())["passed"] is True
@@ -230,20 +219,11 @@ sys.exit(main(sys.argv[1:]))
 
 def hung_smoke(tmp_path: Path, *more: str) -> tuple[int, dict]:
     """gpu-smoke (the CLI) on one GPU whose GEMM never returns: exit code, --json body."""
-    import subprocess
-
     environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
             "--budget-seconds", "5", "--report", str(tmp_path / "r.json"), *more]  # fmt: skip
-    proc = subprocess.run(
-        [sys.executable, "-c", HUNG_GEMM, *args],
-        capture_output=True,
-        text=True,
-        env=environ,
-        cwd=tmp_path,
-        timeout=120,  # a guard only: the watchdog ends the process at the deadline
-        check=False,
-    )
+    # timeout: a guard only; the watchdog ends the process at the deadline
+    proc = run_python("-c", HUNG_GEMM, *args, env=environ, cwd=tmp_path, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

@@ -306,21 +306,12 @@ def test_a_fifo_planted_as_a_metrics_file_is_refused_not_waited_on(tmp_path, rea
     """A PR's step can make ``metrics.json`` (or the log the gate reads from its end) a FIFO:
     ``open`` would wait for a writer for ever. It is no regular file, so it is not usable."""
     import os
-    import threading
+
+    from gpuci_testing import outcome_in_thread
 
     fifo = tmp_path / "metrics.json"
     os.mkfifo(fifo)
-    got: list[object] = []
-
-    def read() -> None:
-        try:
-            got.append(getattr(untrusted_json, reader)(fifo))
-        except Exception as exc:  # the test reads what came out
-            got.append(exc)
-
-    worker = threading.Thread(target=read, daemon=True)
-    worker.start()
-    worker.join(60)
+    got = outcome_in_thread(lambda: getattr(untrusted_json, reader)(fifo))
     if not got:  # release the reader still waiting in open(), then fail
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
     assert got, "still waiting on the FIFO after 60 s"
