@@ -20,19 +20,28 @@ SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 # enabled" at the first CUDA call), without the seconds each import of the real one takes on
 # CI: five in a run with the extras, most of its time (the real CPU build is driven in
 # tests/smoke/test_smoke_load.py).
-CPU_ONLY_TORCH = """
-import sys
-from types import ModuleType, SimpleNamespace
+CPU_ONLY_TORCH = {
+    "torch/__init__.py": """
+from types import SimpleNamespace
+__version__ = "2.5.1+cpu"
+version = SimpleNamespace(cuda=None)
+bfloat16, float16, float32 = "bfloat16", "float16", "float32"
 def no_cuda(*args, **kwargs):
     raise AssertionError("Torch not compiled with CUDA enabled")
-__version__, version = "2.5.1+cpu", SimpleNamespace(cuda=None)
-bfloat16, float16, float32 = "bfloat16", "float16", "float32"
 ones = randn = no_cuda
-cuda = sys.modules["torch.cuda"] = ModuleType("torch.cuda")
-cuda.is_available, cuda.device_count = lambda: False, lambda: 0
-cuda.init = cuda.synchronize = cuda.get_device_properties = no_cuda
-cuda.nccl = SimpleNamespace(is_available=lambda buffers: True, all_reduce=no_cuda)
-"""
+from torch import cuda
+""",
+    "torch/cuda.py": """
+from types import SimpleNamespace
+from torch import no_cuda
+init = synchronize = get_device_properties = no_cuda
+nccl = SimpleNamespace(is_available=lambda buffers: True, all_reduce=no_cuda)
+def is_available():
+    return False
+def device_count():
+    return 0
+""",
+}
 
 
 @pytest.fixture
@@ -40,8 +49,9 @@ def script(tmp_path: Path, gpu_env):
     """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``, with
     :data:`CPU_ONLY_TORCH` for torch (the script puts src/ before it on PYTHONPATH)."""
     torch = tmp_path / "cpu-only-torch"
-    torch.mkdir()
-    (torch / "torch.py").write_text(CPU_ONLY_TORCH)
+    for name, text in CPU_ONLY_TORCH.items():
+        (torch / name).parent.mkdir(parents=True, exist_ok=True)
+        (torch / name).write_text(text)
 
     def run_script(
         *args: str, timeout: float = 180, **env: str
