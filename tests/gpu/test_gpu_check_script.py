@@ -16,48 +16,15 @@ from gpuci_testing import run_python
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
 
 
-# What a CPU-only torch build answers the script (no CUDA: "Torch not compiled with CUDA
-# enabled" at the first CUDA call), without the seconds each import of the real one takes on
-# CI: five in a run with the extras, most of its time (the real CPU build is driven in
-# tests/smoke/test_smoke_load.py).
-CPU_ONLY_TORCH = {
-    "torch/__init__.py": """
-from types import SimpleNamespace
-__version__ = "2.5.1+cpu"
-version = SimpleNamespace(cuda=None)
-bfloat16, float16, float32 = "bfloat16", "float16", "float32"
-def no_cuda(*args, **kwargs):
-    raise AssertionError("Torch not compiled with CUDA enabled")
-ones = randn = no_cuda
-from torch import cuda
-""",
-    "torch/cuda.py": """
-from types import SimpleNamespace
-from torch import no_cuda
-init = synchronize = get_device_properties = no_cuda
-nccl = SimpleNamespace(is_available=lambda buffers: True, all_reduce=no_cuda)
-def is_available():
-    return False
-def device_count():
-    return 0
-""",
-}
-
-
 @pytest.fixture
 def script(tmp_path: Path, gpu_env):
-    """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``, with
-    :data:`CPU_ONLY_TORCH` for torch (the script puts src/ before it on PYTHONPATH)."""
-    torch = tmp_path / "cpu-only-torch"
-    for name, text in CPU_ONLY_TORCH.items():
-        (torch / name).parent.mkdir(parents=True, exist_ok=True)
-        (torch / name).write_text(text)
+    """Run scripts/gpu-check.sh ARGS in ``tmp_path``, its records under ``tmp_path/out``."""
 
     def run_script(
         *args: str, timeout: float = 180, **env: str
     ) -> subprocess.CompletedProcess[str]:
         environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
-        environ.update(PYTHONPATH=str(torch), **env)
+        environ.update(env)
         return subprocess.run(
             ["bash", str(SCRIPT), *args],
             env=environ,
@@ -151,11 +118,6 @@ def test_extras_record_everything_the_issue_lists_on_a_cpu(script, tmp_path: Pat
     assert first["throttle_s"]["power"] == 41.25
     assert first["nvlinks_up"] == 18 and first["persistence_mode"] is True
     assert "nvml open" in (out / "identities.txt").read_text()
-    # the NCCL child ran on GPU 0, then on both: each answered, with a CPU-only build's error
-    lines = (out / "nccl-child.txt").read_text().splitlines()
-    nccl = [json.loads(line) for line in lines if line.startswith("{")]
-    assert [r["gpus"] for r in nccl] == [[0], [0, 1]]
-    assert all("Torch not compiled with CUDA enabled" in r["error"] for r in nccl)
     assert "budget120: exit 0" in text
     # the digest: per-check seconds next to the dry-run estimates, the health counters
     assert "repeat1: no report" not in text
