@@ -118,6 +118,11 @@ def test_extras_record_everything_the_issue_lists_on_a_cpu(script, tmp_path: Pat
     assert first["throttle_s"]["power"] == 41.25
     assert first["nvlinks_up"] == 18 and first["persistence_mode"] is True
     assert "nvml open" in (out / "identities.txt").read_text()
+    # the NCCL child ran on GPU 0, then on both: each answered, with a CPU-only build's error
+    lines = (out / "nccl-child.txt").read_text().splitlines()
+    nccl = [json.loads(line) for line in lines if line.startswith("{")]
+    assert [r["gpus"] for r in nccl] == [[0], [0, 1]]
+    assert all("Torch not compiled with CUDA enabled" in r["error"] for r in nccl)
     assert "budget120: exit 0" in text
     # the digest: per-check seconds next to the dry-run estimates, the health counters
     assert "repeat1: no report" not in text
