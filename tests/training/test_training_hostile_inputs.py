@@ -28,7 +28,7 @@ HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
 HOSTILE = (
     '<img src="http://tracker.invalid/p.png"> [click](http://evil.invalid) '
     "![x](http://evil.invalid/i.png) @octocat #1 www.evil.invalid https://evil.invalid/a "
-    "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat"
+    "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat GH-2 !3 &4"
 )
 # Each is refused however it is read: the reason names the cap it breaks.
 HOSTILE_JSON = pytest.mark.parametrize(
@@ -42,6 +42,7 @@ def _live(text: str) -> list[str]:
     """The live constructs in Markdown text, outside code spans, as a renderer would see them."""
     outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)  # drop well-formed code spans
     outside = outside.replace("&#8203;", "\u200b")  # a zero-width space breaks what it is in
+    outside = outside.replace("&amp;", "&")  # as GitLab's reference filters read the text
     found = []
     for pattern in (
         r"(?<!\\)<[A-Za-z!/]",  # an HTML tag, comment or autolink
@@ -50,6 +51,8 @@ def _live(text: str) -> list[str]:
         r"#[0-9]",  # an issue reference
         r"(?i)https?://|www\.",  # a bare link
         r"&#[0-9]",  # an entity (a mention or tag spelled as one)
+        r"(?i)gh-[0-9]",  # an issue reference on GitHub
+        r"[!&][0-9]",  # a merge request or epic reference on GitLab
     ):
         found += re.findall(pattern, outside)
     return found
