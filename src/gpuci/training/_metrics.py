@@ -10,14 +10,18 @@ For the same reason a value may not hide another: a key named twice in an object
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
 from gpuci.redact import clip
+from gpuci.units import cap_text
 
 Metrics = dict[str, Any]
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -80,6 +84,39 @@ def _unusable(what: str, path: Path, why: str) -> CheckFailed:
     )
 
 
+def _read(path: Path, is_log: bool) -> tuple[str, str]:
+    """The text to judge and the sha256 of the very bytes it is: one open, one read. The PR's
+    training may leave a process that swaps the file once it is read; a second open to hash
+    it would put another file's digest beside the verdict on this one.
+
+    A log is hashed whole, up to the size it states (one still being appended to: its bytes
+    then), and only its last :data:`untrusted_json.MAX_BYTES` kept, from its first whole line.
+    """
+    limit = untrusted_json.MAX_BYTES
+    with untrusted_json.open_regular(path) as handle:
+        if not is_log:
+            data = handle.read(limit + 1)
+            if len(data) > limit:
+                raise untrusted_json.Unusable(f"it is over {cap_text(limit)}")
+            try:
+                return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
+            except UnicodeDecodeError:
+                raise untrusted_json.Unusable("it is not UTF-8 text") from None
+        fd, hasher = handle.fileno(), hashlib.sha256()
+        size, offset, kept, tail = os.fstat(fd).st_size, 0, 0, deque[bytes]()
+        while offset < size and (block := os.pread(fd, min(1 << 20, size - offset), offset)):
+            hasher.update(block)
+            offset, kept = offset + len(block), kept + len(block)
+            tail.append(block)
+            while kept - len(tail[0]) >= limit:  # what is left still holds the last `limit`
+                kept -= len(tail.popleft())
+    data = b"".join(tail)[-limit:]
+    if offset > len(data):  # a cut: the first line kept is a part of one
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+    return data.decode("utf-8", errors="replace"), hasher.hexdigest()
+
+
 def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
     """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``.
 
@@ -87,6 +124,14 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
     :data:`untrusted_json.MAX_BYTES` (a log: its last that many bytes), nesting and integer
     length capped; anything else is one :class:`CheckFailed` line, never a traceback.
     """
+    return load_hashed(path, what=what, missing_ok=missing_ok)[0]
+
+
+def load_hashed(
+    path: str | Path, *, what: str = "metrics", missing_ok: bool = False
+) -> tuple[Metrics | None, str]:
+    """:func:`load`, and the sha256 of the bytes judged ("" when absent): what a record says
+    was judged is what was, whatever the file holds by the time the record is written."""
     path = Path(path)
     try:
         present = path.is_file()
@@ -94,7 +139,7 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
         raise _unusable(what, path, f"it cannot be read ({exc.strerror or exc})") from None
     if not present:
         if missing_ok:
-            return None
+            return None, ""
         raise CheckFailed(
             f"{what} file {path} not found",
             hint="make the training/evaluation step write it, or fix the path",
@@ -104,7 +149,7 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
         if not is_log and path.suffix.lower() != ".json":
             # A .log or .txt may be a long JSON-lines log: only its end matters.
             is_log = path.stat().st_size > untrusted_json.MAX_BYTES
-        text = untrusted_json.read_tail(path) if is_log else untrusted_json.read_text(path)
+        text, sha256 = _read(path, is_log)
     except OSError as exc:
         raise InputError(
             f"cannot read {what} file {path}: {exc.strerror or exc}", hint="check the file"
@@ -128,7 +173,7 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
             hint='write an object such as {"eval": {"accuracy": 0.93}}',
         )
     try:
-        return flatten(data)
+        return flatten(data), sha256
     except NameCollision as exc:
         raise CheckFailed(
             f"{what} file {path} is not usable metrics: "
