@@ -425,3 +425,28 @@ def test_a_metrics_file_swapped_once_read_is_hashed_as_judged(tmp_path, monkeypa
     assert prov["metrics"]["sha256"] == hashlib.sha256(other).hexdigest()
     assert prov["metrics"]["values"] == {"a": 0}
     assert any("changed since the gate judged it" in w for w in warnings), warnings
+
+
+def test_a_metrics_file_that_links_out_of_its_workspace_is_not_read(tmp_path):
+    """Training (in a container with the checkout mounted, say) makes ``metrics.json`` a link
+    to a JSON of the runner's credentials: the gate judged it, and provenance recorded and
+    attested every value in it. A link out of the workspace is unusable metrics (one line,
+    exit 1, nothing of it recorded); one that stays inside is read as before."""
+    secret = tmp_path / "home" / "creds.json"
+    secret.parent.mkdir()
+    secret.write_text('{"accuracy": 0.9, "refresh_token": "s3cr3t-value"}')
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "metrics.json").symlink_to(secret)
+    (workspace / "out.json").write_text('{"accuracy": 0.9}')
+    (workspace / "latest.json").symlink_to("out.json")
+    (workspace / "model.pt").write_bytes(b"w")
+    flags = ("--min", "accuracy=0.5", "--artifacts", str(workspace / "model.pt"))
+    proc = run_gate(workspace, workspace / "metrics.json", *flags, env=gh_env(workspace))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, "metrics.json is not usable metrics: it is a link out of")
+    written = "".join(p.read_text() for p in (workspace / "o").iterdir() if p.is_file())
+    assert "s3cr3t" not in written + proc.stdout + proc.stderr
+    assert '"metrics_sha256": ""' in written
+    proc = run_gate(workspace, workspace / "latest.json", *flags)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

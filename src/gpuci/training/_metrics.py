@@ -21,6 +21,7 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
 from gpuci.redact import clip
+from gpuci.training._artifacts import in_workspace
 from gpuci.units import cap_text
 
 Metrics = dict[str, Any]
@@ -117,6 +118,30 @@ def _read(path: Path, is_log: bool) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), hasher.hexdigest()
 
 
+def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
+    """Where to read ``path``: itself resolved, inside its workspace; None when it is absent
+    and ``missing_ok``. The training wrote it, and may have made it a link to a secret of the
+    runner's (a JSON of credentials, whose values provenance would record and attest)."""
+    try:
+        present = path.is_file()
+    except OSError as exc:  # a name too long, a link into /proc/1/cwd (EACCES): no missing file
+        raise _unusable(what, path, f"it cannot be read ({exc.strerror or exc})") from None
+    if not present:
+        if missing_ok:
+            return None
+        raise CheckFailed(
+            f"{what} file {path} not found",
+            hint="make the training/evaluation step write it, or fix the path",
+        )
+    target, why = in_workspace(path)
+    if target is None:
+        raise CheckFailed(
+            f"{what} file {path} is not usable metrics: it {why}",
+            hint="write the file itself there, or name its real path",
+        )
+    return Path(target)
+
+
 def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
     """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``.
 
@@ -133,23 +158,15 @@ def load_hashed(
     """:func:`load`, and the sha256 of the bytes judged ("" when absent): what a record says
     was judged is what was, whatever the file holds by the time the record is written."""
     path = Path(path)
-    try:
-        present = path.is_file()
-    except OSError as exc:  # a name too long, a link into /proc/1/cwd (EACCES): no missing file
-        raise _unusable(what, path, f"it cannot be read ({exc.strerror or exc})") from None
-    if not present:
-        if missing_ok:
-            return None, ""
-        raise CheckFailed(
-            f"{what} file {path} not found",
-            hint="make the training/evaluation step write it, or fix the path",
-        )
+    target = _found(path, what, missing_ok)
+    if target is None:
+        return None, ""
     is_log = path.suffix.lower() in _JSONL_SUFFIXES
     try:
         if not is_log and path.suffix.lower() != ".json":
             # A .log or .txt may be a long JSON-lines log: only its end matters.
-            is_log = path.stat().st_size > untrusted_json.MAX_BYTES
-        text, sha256 = _read(path, is_log)
+            is_log = target.stat().st_size > untrusted_json.MAX_BYTES
+        text, sha256 = _read(target, is_log)
     except OSError as exc:
         raise InputError(
             f"cannot read {what} file {path}: {exc.strerror or exc}", hint="check the file"

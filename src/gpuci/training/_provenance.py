@@ -26,7 +26,7 @@ from gpuci.files import json_bytes, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
-from gpuci.training._artifacts import Artifact, digest, find_artifacts
+from gpuci.training._artifacts import Artifact, digest, find_artifacts, in_workspace
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training._rules import gate_passed
 from gpuci.training.options import ProvenanceInputs
@@ -142,10 +142,13 @@ def _metrics(
     except GpuciError as exc:
         values, sha256 = None, ""
         warnings.append(f"metrics file {path} not recorded as values: {exc.message}")
+    _, link_out = in_workspace(path)  # a file that is no metrics is still hashed, unless so
     try:
-        sha256 = sha256 or digest(path)[0]
+        sha256 = sha256 or (digest(path)[0] if not link_out else "")
     except OSError as exc:
         warnings.append(f"metrics file {path} not hashed: {exc.strerror or exc}")
+    if link_out:
+        warnings.append(f"metrics file {path} not hashed: it {link_out}")
     if judged and sha256 != judged:
         warnings.append(
             f"metrics file {path} changed since the gate judged it (sha256 {judged[:12]}, now "
