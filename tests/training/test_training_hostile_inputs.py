@@ -450,3 +450,22 @@ def test_a_metrics_file_that_links_out_of_its_workspace_is_not_read(tmp_path):
     assert '"metrics_sha256": ""' in written
     proc = run_gate(workspace, workspace / "latest.json", *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_log_of_lines_that_are_no_json_is_given_up_on_after_its_last_lines(tmp_path, monkeypatch):
+    """Every line of a log was tried as JSON, from its end: 16 MiB of short lines that are
+    no JSON took 90 s and 500 MB to refuse. Only the last MAX_LOG_LINES are looked at; a
+    record after a torn line or a few lines of text is still found."""
+    from gpuci.errors import CheckFailed
+    from gpuci.training._metrics import MAX_LOG_LINES, load
+
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"accuracy": 0.9}\n' + "no json\n" * 100_000)
+    tried: list[int] = []
+    real = untrusted_json.loads
+    monkeypatch.setattr(untrusted_json, "loads", lambda *a, **k: tried.append(1) or real(*a, **k))
+    with pytest.raises(CheckFailed, match=f"has no JSON line in its last {MAX_LOG_LINES:,} lines"):
+        load(path)
+    assert len(tried) <= MAX_LOG_LINES
+    path.write_text('{"accuracy": 0.1}\n{"accuracy": 0.9}\n' + "step done\n" * 10 + '{"accu')
+    assert load(path) == {"accuracy": 0.9}
