@@ -3,7 +3,8 @@
 Much of what lands in a table comes from files a pull request's code wrote (metric names and
 values, baselines) or from a store's listing, and the summary becomes a PR comment or MR note.
 Markdown there is live: ``<img src=...>`` is a tracking pixel, ``[x](url)`` a link, ``@name`` a
-notification, ``#12`` a cross-reference in issue 12. So every cell goes through one function,
+notification, ``#12`` a cross-reference in issue 12 (``GH-12`` too on GitHub; ``!12`` in merge
+request 12 and ``&12`` in epic 12 on GitLab). So every cell goes through one function,
 :func:`cell`, which renders a value as inert text, or as a code span for :class:`Code` values.
 
 A text over its platform's limit (a PR comment's characters, a job summary's bytes) is cut by
@@ -28,6 +29,10 @@ _ZWSP = "&#8203;"
 # escaped ``<`` can no longer open, so ``acc >= 0.9`` reads as written in the raw text too.)
 _PUNCT = re.compile(r"([\\`\[\]<|])")
 _LIVE = re.compile(r"[@#]|://|(?i:www)\.")
+# References that are live only before a number: GitHub's ``GH-12``, GitLab's ``!12`` (a merge
+# request) and ``&12`` (an epic; ``&amp;`` is ``&`` to GitLab's filters, which read the HTML's
+# text). A zero-width space after the prefix leaves no number right behind it.
+_NUMBERED = re.compile(r"(?:!|&amp;|(?i:gh)-)(?=[0-9])")
 
 
 class Code(str):
@@ -54,7 +59,8 @@ def text(value: str) -> str:
     line = _redact.single_line(value)
     line = line.replace("&", "&amp;")
     line = _PUNCT.sub(r"\\\1", line)
-    return _LIVE.sub(lambda m: m.group(0)[0] + _ZWSP + m.group(0)[1:], line)
+    line = _LIVE.sub(lambda m: m.group(0)[0] + _ZWSP + m.group(0)[1:], line)
+    return _NUMBERED.sub(lambda m: m.group(0) + _ZWSP, line)
 
 
 def code(value: str, *, in_table: bool = True) -> str:

@@ -28,7 +28,7 @@ HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
 HOSTILE = (
     '<img src="http://tracker.invalid/p.png"> [click](http://evil.invalid) '
     "![x](http://evil.invalid/i.png) @octocat #1 www.evil.invalid https://evil.invalid/a "
-    "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat"
+    "`code` | pipe \\| \nsecond line <!-- hidden --> &#64;octocat GH-2 !3 &4"
 )
 # Each is refused however it is read: the reason names the cap it breaks.
 HOSTILE_JSON = pytest.mark.parametrize(
@@ -42,6 +42,7 @@ def _live(text: str) -> list[str]:
     """The live constructs in Markdown text, outside code spans, as a renderer would see them."""
     outside = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)  # drop well-formed code spans
     outside = outside.replace("&#8203;", "\u200b")  # a zero-width space breaks what it is in
+    outside = outside.replace("&amp;", "&")  # as GitLab's reference filters read the text
     found = []
     for pattern in (
         r"(?<!\\)<[A-Za-z!/]",  # an HTML tag, comment or autolink
@@ -50,6 +51,8 @@ def _live(text: str) -> list[str]:
         r"#[0-9]",  # an issue reference
         r"(?i)https?://|www\.",  # a bare link
         r"&#[0-9]",  # an entity (a mention or tag spelled as one)
+        r"(?i)gh-[0-9]",  # an issue reference on GitHub
+        r"[!&][0-9]",  # a merge request or epic reference on GitLab
     ):
         found += re.findall(pattern, outside)
     return found
@@ -95,14 +98,21 @@ def test_metrics_over_the_size_cap_are_refused_unread(tmp_path):
 
 
 def test_a_long_log_is_read_from_its_end(tmp_path):
-    """A JSON-lines log longer than the cap is not refused: only its last lines matter."""
+    """A JSON-lines log longer than the cap is not refused: only its last lines matter (its
+    digest is the whole file's, read once)."""
+    import hashlib
+
+    from gpuci.training._metrics import load_hashed
+
     path = tmp_path / "train.jsonl"
     with path.open("wb") as handle:
+        handle.write(b'{"accuracy": 0.2, "torn": "' + b"x" * (3 << 20))  # cut inside this line
         handle.truncate(untrusted_json.MAX_BYTES + 10)  # a long run's early steps
         handle.seek(0, 2)
         handle.write(b'\n{"accuracy": 0.1}\n{"accuracy": 0.9}\n')
     proc = run_gate(tmp_path, path, "--min", "accuracy=0.5")
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert load_hashed(path) == ({"accuracy": 0.9}, hashlib.sha256(path.read_bytes()).hexdigest())
 
 
 def test_string_values_and_hostile_names_are_inert_in_the_summary(tmp_path):
@@ -360,34 +370,93 @@ def test_a_journal_record_naming_no_usable_path_is_passed_over(tmp_path, path):
     assert "internal error" not in text and "Traceback" not in text, text
 
 
-def test_a_metrics_file_gone_or_swapped_after_it_was_read_is_not_hashed_blindly(
-    tmp_path, monkeypatch
-):
-    """The PR's training may leave a process behind that removes ``metrics.json`` once the
-    gate has read it, or puts a FIFO there: gate.json's metrics_sha256 was a second, plain
-    ``open`` (FileNotFoundError: an internal error; a FIFO: a wait for ever). It is hashed as
-    a file someone else put there, and one that is gone or no file is an empty hash."""
+@pytest.mark.parametrize("name", ["m.json", "m.jsonl"])
+def test_a_metrics_file_swapped_once_read_is_hashed_as_judged(tmp_path, monkeypatch, name):
+    """The PR's training may leave a process behind that swaps ``metrics.json`` (or the log)
+    once the gate has opened it: for other numbers, for nothing, for a FIFO. gate.json's
+    metrics_sha256 came from a second open (another file's digest beside this one's verdict,
+    or none); it is the sha256 of the very bytes judged. Provenance, reading later, records
+    one read's values and digest and says the file is not the one the gate judged."""
+    import hashlib
     import os
 
     from gpuci.training import _gate
-    from gpuci.training import _metrics as metrics_mod
     from gpuci.training.options import GateInputs
 
-    path = tmp_path / "m.json"
-    real_load = metrics_mod.load
+    path, judged, other = tmp_path / name, b'{"a": 2}\n', b'{"a": 0}\n'
+    real_open = untrusted_json.open_regular
 
-    def load_then(change):
-        def load(named, **kwargs):
-            found = real_load(named, **kwargs)
-            if Path(named) == path:
-                change()
-            return found
-
-        return load
+    def replace() -> None:
+        (tmp_path / "new").write_bytes(other)
+        os.replace(tmp_path / "new", path)
 
     inp = GateInputs(metrics=str(path), min=["a=1"])
-    for change in (path.unlink, lambda: (path.unlink(), os.mkfifo(path))):
-        path.write_text('{"a": 2}')
-        monkeypatch.setattr(metrics_mod, "load", load_then(change))
+    for swap in (replace, path.unlink, lambda: (path.unlink(), os.mkfifo(path))):
+        path.unlink(missing_ok=True)
+        path.write_bytes(judged)
+        swapped: list[bool] = []
+
+        def opened(named, swap=swap, swapped=swapped, **kwargs):
+            handle = real_open(named, **kwargs)
+            if Path(named) == path and not swapped:
+                swapped.append(swap() or True)
+            return handle
+
+        monkeypatch.setattr(untrusted_json, "open_regular", opened)
         record, _ = _gate.evaluate(inp, _gate.parse_all(inp))
-        assert record["passed"] is True and record["metrics_sha256"] == ""
+        assert swapped and record["passed"] is True
+        assert record["metrics_sha256"] == hashlib.sha256(judged).hexdigest()
+    monkeypatch.setattr(untrusted_json, "open_regular", real_open)
+    path.unlink()
+    replace()
+    monkeypatch.setattr(provenance, "python_environment", lambda python: (None, ""))
+    prov, warnings = provenance.build_record(
+        [], environ=clean_env(), metrics_path=str(path), gate=record, python=None
+    )
+    assert prov["metrics"]["sha256"] == hashlib.sha256(other).hexdigest()
+    assert prov["metrics"]["values"] == {"a": 0}
+    assert any("changed since the gate judged it" in w for w in warnings), warnings
+
+
+def test_a_metrics_file_that_links_out_of_its_workspace_is_not_read(tmp_path):
+    """Training (in a container with the checkout mounted, say) makes ``metrics.json`` a link
+    to a JSON of the runner's credentials: the gate judged it, and provenance recorded and
+    attested every value in it. A link out of the workspace is unusable metrics (one line,
+    exit 1, nothing of it recorded); one that stays inside is read as before."""
+    secret = tmp_path / "home" / "creds.json"
+    secret.parent.mkdir()
+    secret.write_text('{"accuracy": 0.9, "refresh_token": "s3cr3t-value"}')
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "metrics.json").symlink_to(secret)
+    (workspace / "out.json").write_text('{"accuracy": 0.9}')
+    (workspace / "latest.json").symlink_to("out.json")
+    (workspace / "model.pt").write_bytes(b"w")
+    flags = ("--min", "accuracy=0.5", "--artifacts", str(workspace / "model.pt"))
+    proc = run_gate(workspace, workspace / "metrics.json", *flags, env=gh_env(workspace))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    _one_line_no_traceback(proc, "metrics.json is not usable metrics: it is a link out of")
+    written = "".join(p.read_text() for p in (workspace / "o").iterdir() if p.is_file())
+    assert "s3cr3t" not in written + proc.stdout + proc.stderr
+    assert '"metrics_sha256": ""' in written
+    proc = run_gate(workspace, workspace / "latest.json", *flags)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_a_log_of_lines_that_are_no_json_is_given_up_on_after_its_last_lines(tmp_path, monkeypatch):
+    """Every line of a log was tried as JSON, from its end: 16 MiB of short lines that are
+    no JSON took 90 s and 500 MB to refuse. Only the last MAX_LOG_LINES are looked at; a
+    record after a torn line or a few lines of text is still found."""
+    from gpuci.errors import CheckFailed
+    from gpuci.training._metrics import MAX_LOG_LINES, load
+
+    path = tmp_path / "train.jsonl"
+    path.write_text('{"accuracy": 0.9}\n' + "no json\n" * 100_000)
+    tried: list[int] = []
+    real = untrusted_json.loads
+    monkeypatch.setattr(untrusted_json, "loads", lambda *a, **k: tried.append(1) or real(*a, **k))
+    with pytest.raises(CheckFailed, match=f"has no JSON line in its last {MAX_LOG_LINES:,} lines"):
+        load(path)
+    assert len(tried) <= MAX_LOG_LINES
+    path.write_text('{"accuracy": 0.1}\n{"accuracy": 0.9}\n' + "step done\n" * 10 + '{"accu')
+    assert load(path) == {"accuracy": 0.9}

@@ -141,6 +141,22 @@ def test_baseline_absent_skips_regression_unless_required():
 
 
 @pytest.mark.parametrize(
+    ("value", "why"),
+    [(float("nan"), "NaN"), (float("-inf"), "infinite"), ("0.9", "not a number (str)")],
+)
+def test_a_baseline_value_that_is_no_number_is_named_not_called_missing(value, why):
+    """A baseline whose metric is NaN (main's run diverged) or a string skipped the regression
+    rule as "not in baseline": the metric is there, and the row says what it holds."""
+    r = rules(max_regression=["accuracy=0.01"])
+    skipped = judge({"accuracy": 0.5}, r, {"accuracy": value})
+    assert skipped.passed and skipped.rows[0].skipped
+    assert skipped.rows[0].verdict == f"skipped: baseline value is {why}"
+    required = judge({"accuracy": 0.5}, r, {"accuracy": value}, require_baseline=True)
+    assert not required.passed
+    assert required.rows[0].verdict == f"FAIL: baseline value is {why}"
+
+
+@pytest.mark.parametrize(
     ("kind", "line", "match"),
     [
         ("min", "accuracy", "not name=value"),

@@ -25,7 +25,14 @@ from pathlib import Path
 from gpuci import files, globs
 from gpuci.errors import CheckFailed, InputError
 
-__all__ = ["MAX_ARTIFACT_FILES", "MAX_ARTIFACT_WALKED", "Artifact", "digest", "find_artifacts"]
+__all__ = [
+    "MAX_ARTIFACT_FILES",
+    "MAX_ARTIFACT_WALKED",
+    "Artifact",
+    "digest",
+    "find_artifacts",
+    "in_workspace",
+]
 
 MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
 # Names (files, folders, links) one pattern's walk lists: the training may leave millions of
@@ -98,23 +105,31 @@ def _matching(pattern: str, room: int, skipped: list[str]) -> dict[str, _Found]:
 
 
 def _inside_workspace(named: Path, skipped: list[str]) -> str | None:
-    """``named`` resolved once, when it stays in its workspace: the current folder (the
+    """``named`` resolved once, when it stays in its workspace (:func:`in_workspace`); a link
+    out is a warning and None: training wrote it."""
+    target, why = in_workspace(named)
+    if why:
+        skipped.append(f"artifact {named.as_posix()} {why}: not hashed {_LINK_OUT_FIX}")
+    return target
+
+
+def in_workspace(named: Path) -> tuple[str | None, str]:
+    """``(target, "")``: ``named`` resolved once, inside its workspace: the current folder (the
     checkout) for a path inside it, else the folder that holds it (a path the workflow chose,
-    e.g. in ``RUNNER_TEMP``, whose own links the workflow chose too). A link out is a warning
-    and None: training wrote it."""
+    e.g. in ``RUNNER_TEMP``, whose own links the workflow chose too). Else ``(None, why)``: a
+    link out of it (training may have made ``metrics.json`` a link to a secret of the
+    runner's), or one that cannot be resolved (``/proc/1/cwd``: EACCES)."""
     here = os.getcwd()
     absolute = os.path.abspath(named)
     inside_here = os.path.commonpath([here, absolute]) == here
-    workspace = _resolved(here if inside_here else os.path.dirname(absolute), named, skipped)
-    target = _resolved(absolute, named, skipped) if workspace is not None else None
-    if workspace is None or target is None:
-        return None
+    try:
+        workspace = os.path.realpath(here if inside_here else os.path.dirname(absolute))
+        target = os.path.realpath(absolute)
+    except OSError as exc:
+        return None, f"is a link that cannot be resolved ({exc.strerror or type(exc).__name__})"
     if os.path.commonpath([workspace, target]) == workspace:
-        return target
-    skipped.append(
-        f"artifact {named.as_posix()} is a link out of {workspace}: not hashed {_LINK_OUT_FIX}"
-    )
-    return None
+        return target, ""
+    return None, f"is a link out of {workspace}"
 
 
 def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> dict[str, _Found]:

@@ -22,7 +22,6 @@ from gpuci.training import _history as history
 from gpuci.training import _metrics as metrics_mod
 from gpuci.training import _provenance as provenance
 from gpuci.training import _report as report
-from gpuci.training._artifacts import digest
 from gpuci.training._rules import Row, Rule, Verdict, judge, numeric_deltas, parse_rules
 from gpuci.training.options import DEFAULT_MARKER, GateInputs
 
@@ -66,9 +65,9 @@ def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[s
                 f"baseline {baseline_path} not found: max-regression rules skipped"
                 + (" (and failed: require-baseline is true)" if inp.require_baseline else "")
             )
-    error = ""
+    error, sha256 = "", ""
     try:
-        metrics = metrics_mod.load(metrics_path)
+        metrics, sha256 = metrics_mod.load_hashed(metrics_path)
     except CheckFailed as exc:
         metrics, error = None, exc.one_line()
     if metrics is None:
@@ -87,23 +86,13 @@ def evaluate(inp: GateInputs, rules: list[Rule]) -> tuple[dict[str, Any], list[s
         "rows": [row.as_dict() for row in verdict.rows],
         "rules": inp.rule_lines(),
         "metrics_path": metrics_path.as_posix(),
-        "metrics_sha256": _sha256(metrics_path) if metrics is not None else "",
+        "metrics_sha256": sha256,  # of the bytes judged: a file swapped since is not hashed
         "metrics_error": error,
         "baseline_path": baseline_path or "",
         "baseline_found": baseline is not None,
         "deltas": numeric_deltas(metrics or {}, baseline),
     }
     return record, warnings
-
-
-def _sha256(path: Path) -> str:
-    """The judged metrics file's sha256, read as a file someone else put there (no FIFO waited
-    on, nothing read past its size); empty when it is gone or no regular file since it was read
-    (a process the PR's training left behind: a plain open() waited or raised)."""
-    try:
-        return digest(path)[0]
-    except OSError:
-        return ""
 
 
 def _dry_run(inp: GateInputs, rules: list[Rule], rt: Runtime, result: Result) -> Result:

@@ -10,14 +10,19 @@ For the same reason a value may not hide another: a key named twice in an object
 
 from __future__ import annotations
 
+import hashlib
 import math
+import os
 import sys
+from collections import deque
 from pathlib import Path
 from typing import Any
 
 from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
 from gpuci.redact import clip
+from gpuci.training._artifacts import in_workspace
+from gpuci.units import cap_text
 
 Metrics = dict[str, Any]
 _JSONL_SUFFIXES = (".jsonl", ".ndjson")
@@ -57,18 +62,27 @@ def _flatten_into(flat: Metrics, data: dict[Any, Any] | list[Any], prefix: str) 
             flat[name] = value
 
 
+# Lines of a log looked at, from its end: its last record is among them (after a torn line,
+# or a few lines of text). Every line was tried: 16 MiB of lines that are no JSON took 90 s and
+# 500 MB to refuse one by one.
+MAX_LOG_LINES = 1000
+
+
 def _last_jsonl_object(path: Path, text: str) -> Any:
-    """The last non-blank line that parses: a log may end in a line torn by a killed job."""
-    lines = [ln for ln in text.splitlines() if ln.strip()]
-    for line in reversed(lines):
+    """The last non-blank line of the last MAX_LOG_LINES that parses: a log may end in a line
+    torn by a killed job."""
+    for line in reversed(text.rsplit("\n", MAX_LOG_LINES)[-MAX_LOG_LINES:]):
+        if not line.strip():
+            continue
         try:
             return untrusted_json.loads(line, unique_keys=True)
         except untrusted_json.DuplicateKey as exc:  # a whole line, not a torn one: it fails
             raise _unusable("metrics log", path, str(exc)) from None
         except untrusted_json.Unusable:
             continue
+    looked = f" in its last {MAX_LOG_LINES:,} lines" if text.count("\n") >= MAX_LOG_LINES else ""
     raise CheckFailed(
-        f"metrics log {path} has no JSON line",
+        f"metrics log {path} has no JSON line{looked}",
         hint="make the training script append one JSON object per line",
     )
 
@@ -80,14 +94,43 @@ def _unusable(what: str, path: Path, why: str) -> CheckFailed:
     )
 
 
-def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
-    """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``.
+def _read(path: Path, is_log: bool) -> tuple[str, str]:
+    """The text to judge and the sha256 of the very bytes it is: one open, one read. The PR's
+    training may leave a process that swaps the file once it is read; a second open to hash
+    it would put another file's digest beside the verdict on this one.
 
-    The file is the PR's code's output, so it is read as hostile: at most
-    :data:`untrusted_json.MAX_BYTES` (a log: its last that many bytes), nesting and integer
-    length capped; anything else is one :class:`CheckFailed` line, never a traceback.
+    A log is hashed whole, up to the size it states (one still being appended to: its bytes
+    then), and only its last :data:`untrusted_json.MAX_BYTES` kept, from its first whole line.
     """
-    path = Path(path)
+    limit = untrusted_json.MAX_BYTES
+    with untrusted_json.open_regular(path) as handle:
+        if not is_log:
+            data = handle.read(limit + 1)
+            if len(data) > limit:
+                raise untrusted_json.Unusable(f"it is over {cap_text(limit)}")
+            try:
+                return data.decode("utf-8"), hashlib.sha256(data).hexdigest()
+            except UnicodeDecodeError:
+                raise untrusted_json.Unusable("it is not UTF-8 text") from None
+        fd, hasher = handle.fileno(), hashlib.sha256()
+        size, offset, kept, tail = os.fstat(fd).st_size, 0, 0, deque[bytes]()
+        while offset < size and (block := os.pread(fd, min(1 << 20, size - offset), offset)):
+            hasher.update(block)
+            offset, kept = offset + len(block), kept + len(block)
+            tail.append(block)
+            while kept - len(tail[0]) >= limit:  # what is left still holds the last `limit`
+                kept -= len(tail.popleft())
+    data = b"".join(tail)[-limit:]
+    if offset > len(data):  # a cut: the first line kept is a part of one
+        cut = data.find(b"\n")
+        data = data[cut + 1 :] if cut >= 0 else b""
+    return data.decode("utf-8", errors="replace"), hasher.hexdigest()
+
+
+def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
+    """Where to read ``path``: itself resolved, inside its workspace; None when it is absent
+    and ``missing_ok``. The training wrote it, and may have made it a link to a secret of the
+    runner's (a JSON of credentials, whose values provenance would record and attest)."""
     try:
         present = path.is_file()
     except OSError as exc:  # a name too long, a link into /proc/1/cwd (EACCES): no missing file
@@ -99,12 +142,40 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
             f"{what} file {path} not found",
             hint="make the training/evaluation step write it, or fix the path",
         )
+    target, why = in_workspace(path)
+    if target is None:
+        raise CheckFailed(
+            f"{what} file {path} is not usable metrics: it {why}",
+            hint="write the file itself there, or name its real path",
+        )
+    return Path(target)
+
+
+def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -> Metrics | None:
+    """Load and flatten a metrics file; ``None`` only when it is absent and ``missing_ok``.
+
+    The file is the PR's code's output, so it is read as hostile: at most
+    :data:`untrusted_json.MAX_BYTES` (a log: its last that many bytes), nesting and integer
+    length capped; anything else is one :class:`CheckFailed` line, never a traceback.
+    """
+    return load_hashed(path, what=what, missing_ok=missing_ok)[0]
+
+
+def load_hashed(
+    path: str | Path, *, what: str = "metrics", missing_ok: bool = False
+) -> tuple[Metrics | None, str]:
+    """:func:`load`, and the sha256 of the bytes judged ("" when absent): what a record says
+    was judged is what was, whatever the file holds by the time the record is written."""
+    path = Path(path)
+    target = _found(path, what, missing_ok)
+    if target is None:
+        return None, ""
     is_log = path.suffix.lower() in _JSONL_SUFFIXES
     try:
         if not is_log and path.suffix.lower() != ".json":
             # A .log or .txt may be a long JSON-lines log: only its end matters.
-            is_log = path.stat().st_size > untrusted_json.MAX_BYTES
-        text = untrusted_json.read_tail(path) if is_log else untrusted_json.read_text(path)
+            is_log = target.stat().st_size > untrusted_json.MAX_BYTES
+        text, sha256 = _read(target, is_log)
     except OSError as exc:
         raise InputError(
             f"cannot read {what} file {path}: {exc.strerror or exc}", hint="check the file"
@@ -128,7 +199,7 @@ def load(path: str | Path, *, what: str = "metrics", missing_ok: bool = False) -
             hint='write an object such as {"eval": {"accuracy": 0.93}}',
         )
     try:
-        return flatten(data)
+        return flatten(data), sha256
     except NameCollision as exc:
         raise CheckFailed(
             f"{what} file {path} is not usable metrics: "

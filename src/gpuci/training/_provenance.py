@@ -26,7 +26,7 @@ from gpuci.files import json_bytes, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
-from gpuci.training._artifacts import Artifact, digest, find_artifacts
+from gpuci.training._artifacts import Artifact, digest, find_artifacts, in_workspace
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training._rules import gate_passed
 from gpuci.training.options import ProvenanceInputs
@@ -123,27 +123,37 @@ def _downloads(environ: Any) -> list[dict[str, Any]]:
     ]
 
 
-def _metrics(metrics_path: str | None, warnings: list[str]) -> dict[str, Any] | None:
-    """The metrics file's path, sha256 and values; what cannot be read is a warning, not fatal
-    here (the gate has judged them already)."""
+def _metrics(
+    metrics_path: str | None, warnings: list[str], judged: str = ""
+) -> dict[str, Any] | None:
+    """The metrics file's path, sha256 and values, both of one read; what cannot be read is a
+    warning, not fatal here (the gate has judged them already). ``judged``: the sha256 the
+    gate judged; a file changed since is recorded as it is now, and said so."""
     if not metrics_path:
         return None
     path = Path(metrics_path)
     if not os.path.isfile(path):  # False, not OSError, for a name too long
         warnings.append(f"metrics file {metrics_path} not found: not recorded")
         return None
-    from gpuci.training._metrics import load
+    from gpuci.training._metrics import load_hashed
 
     try:
-        values = load(path)
+        values, sha256 = load_hashed(path)
     except GpuciError as exc:
-        values = None
+        values, sha256 = None, ""
         warnings.append(f"metrics file {path} not recorded as values: {exc.message}")
+    _, link_out = in_workspace(path)  # a file that is no metrics is still hashed, unless so
     try:
-        sha256 = digest(path)[0]
+        sha256 = sha256 or (digest(path)[0] if not link_out else "")
     except OSError as exc:
-        sha256 = ""
         warnings.append(f"metrics file {path} not hashed: {exc.strerror or exc}")
+    if link_out:
+        warnings.append(f"metrics file {path} not hashed: it {link_out}")
+    if judged and sha256 != judged:
+        warnings.append(
+            f"metrics file {path} changed since the gate judged it (sha256 {judged[:12]}, now "
+            f"{sha256[:12] or 'unreadable'}): the record holds it as it is now"
+        )
     return {"path": path.as_posix(), "sha256": sha256, "values": values}
 
 
@@ -161,7 +171,9 @@ def build_record(
     py, why = python_environment(python)
     if why:
         warnings.append(why)
-    metrics = _metrics(metrics_path, warnings)
+    judged = (gate or {}).get("metrics_sha256")  # of the file it judged, when it is this one
+    same = metrics_path and (gate or {}).get("metrics_path") == Path(metrics_path).as_posix()
+    metrics = _metrics(metrics_path, warnings, judged if same and isinstance(judged, str) else "")
     record = {
         "schema": SCHEMA,
         "created": utc_iso(time.time()),

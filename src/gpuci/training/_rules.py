@@ -148,14 +148,18 @@ def lower_is_better(name: str, rules: list[Rule], declared: list[str] | None) ->
     return bool(words & LOWER_BETTER_WORDS)
 
 
-def _baseline_number(baseline: Metrics | None, full_name: str, asked: str) -> float | None:
+def _baseline_number(
+    baseline: Metrics | None, full_name: str, asked: str
+) -> tuple[float | None, str]:
+    """The baseline's number for a metric, else None and why there is none: no file, no such
+    metric, or a value that is no number (NaN, a string: said so, not "not in baseline")."""
     if baseline is None:
-        return None
+        return None, "no baseline"
     found = lookup(baseline, full_name) or lookup(baseline, asked)
     if found is None:
-        return None
-    number, _ = as_number(found[1])
-    return number
+        return None, "not in baseline"
+    number, why = as_number(found[1])
+    return number, f"baseline value is {why}" if why else ""
 
 
 def judge(
@@ -172,12 +176,12 @@ def judge(
         lower = lower_is_better(rule.metric, rules, lower_better_names)
         row = Row(rule=rule, rule_text=rule.describe(lower), metric=rule.metric)
         verdict.rows.append(row)
-        found = None
+        found, missing = None, ""  # missing: why there is no baseline number
         try:  # the files are the PR's: a name they make ambiguous fails its row
             found = lookup(metrics, rule.metric)
             if found is not None:
                 row.metric, row.value = found
-                row.baseline = _baseline_number(baseline, row.metric, rule.metric)
+                row.baseline, missing = _baseline_number(baseline, row.metric, rule.metric)
         except AmbiguousName as exc:
             where = " in the baseline" if found is not None else ""
             row.verdict = f"FAIL: {exc.message}{where}; name it in full"
@@ -200,19 +204,19 @@ def judge(
             row.passed = number <= rule.value
             row.verdict = "pass" if row.passed else f"FAIL: above {rule.value:g}"
         else:
-            _judge_regression(row, number, lower, require_baseline, baseline is not None)
+            _judge_regression(row, number, lower, require_baseline, missing)
     return verdict
 
 
 def _judge_regression(
-    row: Row, number: float, lower: bool, require_baseline: bool, have_file: bool
+    row: Row, number: float, lower: bool, require_baseline: bool, missing: str
 ) -> None:
+    """``missing``: why there is no baseline number, should there be none."""
     rule = row.rule
     if row.baseline is None:
-        reason = "not in baseline" if have_file else "no baseline"
         row.skipped = not require_baseline
         row.passed = not require_baseline
-        row.verdict = f"skipped: {reason}" if row.passed else f"FAIL: {reason}"
+        row.verdict = f"skipped: {missing}" if row.passed else f"FAIL: {missing}"
         return
     worse_by = (number - row.baseline) if lower else (row.baseline - number)
     allowed = rule.value * abs(row.baseline) if rule.relative else rule.value
