@@ -1,5 +1,8 @@
 """The one reader of JSON someone else wrote: hostile text ends in one line, never a hang."""
 
+import itertools
+import random
+
 import pytest
 
 from gpuci import untrusted_json
@@ -18,6 +21,38 @@ def test_an_unclosed_string_of_escaped_quotes_is_taken_in_one_match():
 
 def test_brackets_inside_strings_still_do_not_count_as_nesting():
     assert untrusted_json.loads('{"a": "[[[[{{{{\\"]]]]"}') == {"a": '[[[[{{{{"]]]]'}
+
+
+def _nesting_by_regex(text: str) -> int:
+    """The nesting as the one regex reads it (strings with their escapes stripped first)."""
+    brackets = untrusted_json._NOT_A_BRACKET.sub("", untrusted_json._STRING.sub("", text))
+    return max(itertools.accumulate(map(untrusted_json._STEP.__getitem__, brackets)), default=0)
+
+
+@pytest.mark.parametrize(
+    ("text", "depth"),
+    [
+        ('[[["]]]"]', 3),  # brackets in a string, no backslash
+        ('[["[[[[', 2),  # a string that never closes takes the rest
+        ('["\\\\"[[]]', 3),  # an escaped backslash, then the quote that closes
+        ('[["\\"[[[]"]]', 2),  # an escaped quote: the string goes on
+        ('[["\\"]]', 2),  # ... to the end, when no quote closes it
+        ('{"a":[{"b":"}}}"}]}', 3),
+        ("", 0),
+    ],
+)
+def test_the_nesting_ignores_strings_with_and_without_escapes(text, depth):
+    assert untrusted_json._nesting(text) == depth == _nesting_by_regex(text)
+
+
+def test_the_split_reading_of_nesting_agrees_with_the_regex():
+    """Text without a backslash is split at its quotes (a warm restore's manifest, five times
+    faster); with one the regex reads it. Both must measure every text alike."""
+    rng = random.Random(33)
+    for size in range(1, 200):
+        for alphabet in ('[]{}"a,', '[]{}"\\a'):
+            text = "".join(rng.choice(alphabet) for _ in range(size))
+            assert untrusted_json._nesting(text) == _nesting_by_regex(text), text
 
 
 @pytest.mark.parametrize(
