@@ -97,3 +97,23 @@ def test_a_lone_surrogate_is_refused_as_no_text(text):
 
 def test_an_escaped_surrogate_pair_and_an_escaped_backslash_still_read():
     assert untrusted_json.loads('["\\ud83d\\ude00", "\\\\ud800"]') == ["\U0001f600", "\\ud800"]
+
+
+@pytest.mark.parametrize("sign", ["", "-"])
+def test_an_integer_of_one_digit_too_many_is_refused_at_the_limit(sign):
+    """Integers are read by the parser's own ``int`` unless the text holds a run of more than
+    MAX_DIGITS digits somewhere; then each goes through the digit count."""
+    most = "9" * untrusted_json.MAX_DIGITS
+    assert untrusted_json.loads(f'{{"n": {sign}{most}}}')["n"] == int(sign + most)
+    assert untrusted_json.loads(f'{{"n": {sign}{most}}}'.encode())["n"] == int(sign + most)
+    with pytest.raises(untrusted_json.Unusable, match="an integer of 401 digits"):
+        untrusted_json.loads(f'{{"n": {sign}{most}9}}')
+    with pytest.raises(untrusted_json.Unusable, match="an integer of 401 digits"):
+        untrusted_json.loads(f'[1, "x", {sign}{most}9]'.encode())
+
+
+def test_a_long_run_of_digits_in_a_string_reads_as_before():
+    """The digit run that makes every integer go through the count may sit in a string."""
+    text = '{"s": "' + "7" * 500 + '", "n": 12, "m": [-3, 0]}'
+    assert untrusted_json.loads(text) == {"s": "7" * 500, "n": 12, "m": [-3, 0]}
+    assert untrusted_json.loads(text.encode()) == {"s": "7" * 500, "n": 12, "m": [-3, 0]}
