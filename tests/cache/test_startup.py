@@ -53,6 +53,9 @@ NOT_LOADED = (
     "uuid",
     "platform",
     "gpuci.cache._format.hf",  # layout: hf only
+    # issue 33 round 2: save's inputs (a frozen dataclass of 12 fields, compiled anew in every
+    # process) are built only by a save or a populate (also checked by name: see below)
+    "gpuci.cache.options._save",
 )
 # A file store also makes no request to retry (S3's control requests need the retry policy),
 # starts no thread and removes no folder.
@@ -66,7 +69,8 @@ _PROBE = (
     "out = io.StringIO()\n"
     "with contextlib.redirect_stdout(out):\n"
     "    code = main(sys.argv[1:])\n"
-    "print(json.dumps({'code': code, 'out': out.getvalue(), 'modules': sorted(sys.modules)}))\n"
+    "print(json.dumps({'code': code, 'out': out.getvalue(), 'modules': sorted(sys.modules),\n"
+    "    'options': sorted(vars(sys.modules['gpuci.cache.options']))}))\n"
 )
 
 
@@ -129,6 +133,7 @@ def test_a_tier_hit_restore_loads_only_what_it_needs(warm, tmp_path):
     )
     loaded = [name for name in banned if name in got["modules"]]
     assert loaded == [], f"a tier-hit restore imported {loaded}"
+    assert "SaveInputs" not in got["options"], "a tier-hit restore built save's inputs"
 
 
 def test_a_restore_keys_match_lists_without_boto3(warm, tmp_path):
