@@ -60,7 +60,8 @@ def _parse_int(digits: str) -> int:
 # Every ASCII digit as "0", every other byte as it is: a text holds an integer longer than
 # MAX_DIGITS only where its UTF-8 holds a run of that many digits (in a string or not), one
 # search away. Without one, the parser's own ``int`` reads every integer as :func:`_parse_int`
-# would, and a manifest's thousands of integers skip a Python call each (2 ms of a warm hit).
+# would, and a manifest's thousands of integers skip a Python call each (docs/benchmarks.md,
+# "Figures behind the code").
 _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _TOO_MANY_DIGITS = b"0" * (MAX_DIGITS + 1)
 
@@ -84,8 +85,8 @@ def _nesting(text: str) -> int:
     """How deep the text's arrays and objects nest (brackets inside strings do not count).
 
     Without a backslash no string holds an escaped quote, so every other piece between quotes
-    is outside the strings: one split, five times faster than the regex on a manifest of
-    a thousand entries (a warm restore's start-up), and what the regex strips the same."""
+    is outside the strings: one split strips what the regex strips, several times faster on a
+    warm restore's manifest (docs/benchmarks.md, "Figures behind the code")."""
     outside = "".join(text.split('"')[::2]) if "\\" not in text else _STRING.sub("", text)
     brackets = _NOT_A_BRACKET.sub("", outside)
     return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)

@@ -3,7 +3,8 @@
 The store's upkeep sub-commands (prune, ls, pin, unpin) have theirs in
 :mod:`gpuci.cache._upkeep.options`, and :class:`SaveInputs` is built on first use (``_save.py``),
 so a restore, whose start-up is the whole cost of a warm hit, does not build classes it never
-uses (a frozen dataclass is compiled anew in every process: a millisecond for save's).
+uses (a dataclass's methods are compiled anew in every process: docs/benchmarks.md, "Figures
+behind the code").
 
 Each field declares one input (:func:`gpuci.inputs.inp`): the CLI flags, ``INPUT_*``, the
 actions and the docs tables are read from these classes; the Python API
