@@ -276,6 +276,7 @@ PRIVACY_CHECKED = (
 NOT_YET_PRIVATE: dict[str, str] = {}
 # Names a public module's ``__all__`` takes from a private module on purpose: its surface.
 RE_EXPORTED = {
+    "gpuci.cache.options": {"SaveInputs"},  # built on first use: a restore never builds it
     "gpuci.fetch": {"FetchPolicy", "FetchResult", "fetch_file"},  # its API, defined privately
     "gpuci.gpu.api": {"CheckOutcome"},  # SetupResult.checks holds them
     "gpuci.dryrun": {"ROOT", "DryRunInputs", "classify_uses"},  # the dry run's entry points

@@ -21,25 +21,18 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TextIO
+from typing import TYPE_CHECKING, Any, Literal, TextIO
 
 from gpuci import redact as _redact
 from gpuci import settings
 from gpuci.errors import ExitCode, GpuciError, InfraError, InputError
 from gpuci.units import format_output
 
+if TYPE_CHECKING:
+    from gpuci.annotation import Annotation, Level
+
 Platform = Literal["github", "gitlab", "terminal", "json"]
-Level = Literal["error", "warning", "notice"]
 OutputValue = str | int | float | bool | None
-
-
-@dataclass(frozen=True)
-class Annotation:
-    """One annotation of a step's result: an error, warning or notice, with its title."""
-
-    level: Level
-    message: str
-    title: str = ""
 
 
 @dataclass
@@ -62,13 +55,18 @@ class Result:
         return self.exit_code == ExitCode.OK
 
     def error(self, message: str, title: str = "") -> None:
-        self.annotations.append(Annotation("error", message, title))
+        self._annotate("error", message, title)
 
     def warning(self, message: str, title: str = "") -> None:
-        self.annotations.append(Annotation("warning", message, title))
+        self._annotate("warning", message, title)
 
     def notice(self, message: str, title: str = "") -> None:
-        self.annotations.append(Annotation("notice", message, title))
+        self._annotate("notice", message, title)
+
+    def _annotate(self, level: Level, message: str, title: str) -> None:
+        from gpuci.annotation import Annotation  # a result without one never builds the class
+
+        self.annotations.append(Annotation(level, message, title))
 
     @classmethod
     def from_error(cls, command: str, exc: GpuciError) -> Result:
