@@ -22,8 +22,9 @@ from gpuci.pods._lifecycle.common import (
     record_event,
 )
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.client import NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.errors import InvalidTransition
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
 from gpuci.runtime import Result, Runtime
