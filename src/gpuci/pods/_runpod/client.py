@@ -194,6 +194,36 @@ def _list_in(
     return items
 
 
+#: The statuses each action leaves a pod in (terminate: gone, a 404 or TERMINATED), which a
+#: refused retry reads for (restart has none: its refusal stays the error).
+_LEAVES = {
+    "start": ("PROVISIONING", "STARTING", "RUNNING"),
+    "stop": ("EXITED",),
+    "terminate": ("TERMINATED",),
+}
+_REFUSED = (400, 404, 409)  # what podAction and deletePod answer for a pod in another state
+
+
+@dataclasses.dataclass(frozen=True)
+class Acted:
+    """An action done: ``pod`` as its answer gave it (None for a 204, or where a refusal read
+    the pod: as read); ``already``: a refusal found the pod the action's way; ``lost``: an
+    attempt's answer was lost before, so it may be the one that acted."""
+
+    pod: dict[str, Any] | None
+    already: bool = False
+    lost: bool = False
+
+    @property
+    def ours(self) -> bool:
+        """This call acted (its answer said so, or a lost one did): the ledger records it."""
+        return self.lost or not self.already
+
+    def said(self, done: str) -> str:
+        """``done`` ("stopped"), or "already stopped" when a refusal found it so."""
+        return f"already {done}" if self.already else done
+
+
 def _named(pod: Mapping[str, Any], name: str) -> bool:
     found = str(pod.get("name") or "")
     return found == name or found.startswith(name + " smoke ")
@@ -404,18 +434,44 @@ class RunPodClient:
             raise _shape_error(what, f"a JSON {json_kind(found)} where a pod belongs")
         return found
 
-    def action(self, pod_id: str, action: str) -> dict[str, Any] | None:
-        """start/stop/restart/terminate; terminate answers 204 (None)."""
-        response = self.request(
-            "POST", f"/v2/pods/{pod_id}/action", f"{action} pod {pod_id}", json={"action": action}
-        )
-        if response.status_code == 204 or not response.content:
-            return None
-        found = _json(response, f"{action} pod {pod_id}")
-        return found if isinstance(found, dict) else None
+    def action(self, pod_id: str, action: str, *, settled_ok: bool = False) -> Acted:
+        """start/stop/restart (podAction), or terminate (DELETE, deletePod's equivalent), made
+        idempotent: a retry RunPod refuses (409 not valid for the status, 404 gone, 400) after
+        an attempt whose answer was lost (cut, its connection closed, a 5xx: it may have acted)
+        reads the pod, and one the action's way (:data:`_LEAVES`) means done; otherwise the
+        refusal is the error. ``settled_ok``: a first refusal is read too (``pods stop`` of a
+        stopped pod, ``down`` of a gone one); without it, it stays the error."""
+        what = f"{action} pod {pod_id}"
+        lost = False
 
-    def delete_pod(self, pod_id: str) -> None:
-        self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
+        def attempt(_number: int) -> Acted:
+            nonlocal lost
+            try:
+                if action == "terminate":
+                    self._once("DELETE", f"/v2/pods/{pod_id}", what)
+                    return Acted(None, lost=lost)
+                sent = {"action": action}
+                response = self._once("POST", f"/v2/pods/{pod_id}/action", what, json=sent)
+            except Transient as exc:
+                lost = lost or exc.status != 429  # a 429 is refused unread: no action taken
+                raise
+            except RunPodError as exc:
+                if exc.status in _REFUSED and (lost or settled_ok):
+                    pod = None if exc.status == 404 else self.get_pod(pod_id)
+                    status = "TERMINATED" if pod is None else pod.get("status")
+                    if status in _LEAVES.get(action, ()):
+                        return Acted(pod, already=True, lost=lost)
+                raise
+            if response.status_code == 204 or not response.content:
+                return Acted(None, lost=lost)
+            found = _json(response, what)
+            return Acted(found if isinstance(found, dict) else None, lost=lost)
+
+        return self._retried(attempt, None)
+
+    def delete_pod(self, pod_id: str) -> Acted:
+        """Terminate; one already gone (404) is done, ``already``."""
+        return self.action(pod_id, "terminate", settled_ok=True)
 
     # ----- catalog and billing ------------------------------------------------------------
     def list_gpu_types(

@@ -46,7 +46,8 @@ class Transient(RunPodError):
 class Unanswered(Transient):
     """A reused (kept-alive) connection lost before any answer came: the server had closed it
     as idle while the request was on its way, so it never saw that request. Retried at once,
-    with no backoff (RunPod is not unhealthy); a create's retry still looks for its pod first."""
+    with no backoff (RunPod is not unhealthy); a create's retry still looks for its pod first,
+    and an action's refused retry reads the pod (a close after it acted looks the same)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retry_after=0.0)
@@ -57,7 +58,7 @@ class CandidateRejected(RunPodError):
 
 
 class NotFound(RunPodError):
-    """404: the pod is gone (``down`` treats this as success)."""
+    """404: the pod is gone (a terminate takes it as done: ``RunPodClient.delete_pod``)."""
 
 
 class InvalidTransition(RunPodError):
