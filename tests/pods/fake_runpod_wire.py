@@ -13,9 +13,11 @@ What a test can script here (:class:`Wire`), beyond the API's own answers:
 - ``drop_reused``: the next request of a route that comes on a kept-alive connection is never
   read: the server closes that connection under it, as an idle close crossing the client's
   reuse does. The fake records nothing (the API never saw it).
-- ``garble``: a route's next answer, made as usual (a create still creates), reaches the client
-  with an empty body (``empty``: its status and ``Content-Length: 0``) or cut short (``cut``:
-  its whole length announced, half the body sent, then the connection closed).
+- ``garble``: a route's next answer, made as usual (a create still creates, an action acts),
+  reaches the client with an empty body (``empty``: its status and ``Content-Length: 0``), cut
+  short (``cut``: its whole length announced, half the body sent, then the connection closed),
+  not at all (``drop``: the connection closed after the server acted, nothing sent), or as a
+  front end's ``502`` (the backend acted; the proxy lost its answer and says Bad Gateway).
 
 A failure of the fake itself answers 500 and is kept in ``errors``: the ``fake`` fixture fails
 the test that met it, rather than let a client's retry hide it.
@@ -40,6 +42,8 @@ if TYPE_CHECKING:
 
 #: Seconds one request's own reads (its headers, its body) may wait for the client.
 REQUEST_READ_S = 30.0
+#: How an answer the server made can reach the client (module docstring).
+GARBLES = frozenset({"empty", "cut", "drop", "502"})
 
 
 @dataclass
@@ -48,7 +52,7 @@ class Wire:
 
     idle_close_s: float = 1.0
     drop_reused: list[str] = field(default_factory=list)  # "METHOD path" patterns, once each
-    garbled: dict[str, list[str]] = field(default_factory=dict)  # route -> "empty" / "cut"
+    garbled: dict[str, list[str]] = field(default_factory=dict)  # route -> GARBLES
     connections: int = 0  # accepted
     reused: int = 0  # requests answered on a connection that had answered before
     dropped: list[str] = field(default_factory=list)  # request lines closed unread
@@ -58,8 +62,8 @@ class Wire:
     open: set[socket.socket] = field(default_factory=set)
 
     def garble(self, route: str, *how: str) -> None:
-        """The next answers of ``route`` ("GET /v2/pods"), each ``empty`` or ``cut``."""
-        assert set(how) <= {"empty", "cut"}, how
+        """The next answers of ``route`` ("GET /v2/pods"), each one of :data:`GARBLES`."""
+        assert set(how) <= GARBLES, how
         self.garbled.setdefault(route, []).extend(how)
 
     def _take(self, queue: list[str], route: str) -> bool:
@@ -172,6 +176,11 @@ def handler_for(fake: FakeRunPod) -> type[JsonAPIHandler]:
             self._answer(status, headers, body, wire._garbling(route))
 
         def _answer(self, status: int, headers: dict[str, str], body: Any, how: str) -> None:
+            if how == "drop":  # acted, then the connection reset: no byte of the answer sent
+                self.close_connection = True
+                return
+            if how == "502":  # the front end's, the backend's own answer lost behind it
+                status, headers, body = 502, {}, fake.problem(502, "upstream connection lost")
             data = b"" if body is None or how == "empty" else json.dumps(body).encode()
             self.send_response(status)
             if data:

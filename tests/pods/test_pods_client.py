@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci.pods._runpod.client import (
+from gpuci.pods._runpod.client import RunPodClient
+from gpuci.pods._runpod.errors import (
     CandidateRejected,
     ContractViolation,
     InsufficientBalance,
-    RunPodClient,
     Transient,
 )
 

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from pods_testing import FakeClock
 
-from gpuci.pods._runpod.client import ContractViolation, RunPodClient, RunPodError
+from gpuci.pods._runpod.client import RunPodClient
+from gpuci.pods._runpod.errors import ContractViolation, RunPodError
 from loopback_http import JsonAPIHandler
 from security.hostile_runpod import Serving
 

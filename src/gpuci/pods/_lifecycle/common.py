@@ -18,7 +18,7 @@ from gpuci import settings
 from gpuci.errors import GpuciError, InputError
 from gpuci.pods._budgets import ledger
 from gpuci.pods._runners import cleanup as runner_cleanup
-from gpuci.pods._runpod.client import API_KEY_ENV, NotFound, RunPodClient
+from gpuci.pods._runpod.client import API_KEY_ENV, RunPodClient
 from gpuci.pods._runpod.clock import Clock
 from gpuci.pods._runpod.naming import PodTag, fold_owner, tag_of
 from gpuci.runtime import Result, Runtime, markdown_table
@@ -213,11 +213,7 @@ def end_pod(
     except GpuciError as exc:  # the name only decides a release: the pod still goes
         rt.log(f"warning: could not read {pod_id}'s name, its reservation stays: {exc}")
         pod = None
-    try:
-        client.delete_pod(pod_id)
-        outcome = "terminated"
-    except NotFound:
-        outcome = "already gone"
+    outcome = "already gone" if client.delete_pod(pod_id).already else "terminated"
     name = str((pod or {}).get("name") or "")
     record_end(rt, book, event, pod_id, clock.now(), pod_name=name, pod=pod, **fields)
     return outcome

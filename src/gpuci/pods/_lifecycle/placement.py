@@ -14,8 +14,9 @@ from gpuci.errors import CheckFailed, GpuciError, InfraError
 from gpuci.pods._budgets import cost, ledger
 from gpuci.pods._budgets import policy as budgets
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import CandidateRejected, RunPodClient, api_url
+from gpuci.pods._runpod.client import RunPodClient, api_url
 from gpuci.pods._runpod.clock import Clock
+from gpuci.pods._runpod.errors import CandidateRejected
 from gpuci.pods._runpod.naming import PodTag
 from gpuci.pods.options import UpInputs
 from gpuci.retry import RetryPolicy

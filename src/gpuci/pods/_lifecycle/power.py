@@ -22,7 +22,7 @@ from gpuci.pods._lifecycle.common import (
     record_event,
 )
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.client import NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.options import StartInputs, StopInputs
@@ -39,15 +39,10 @@ def stop(inp: StopInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
     with open_client(rt, clock) as client:
 
         def one(pod_id: str) -> str:
-            try:
-                client.action(pod_id, "stop")
-            except InvalidTransition:
-                pod = client.get_pod(pod_id)
-                if pod is not None and pod.get("status") == "EXITED":
-                    return "already stopped"
-                raise
-            record_event(rt, book, "stopped", pod_id, clock.now(), reason="stop")
-            return "stopped"
+            acted = client.action(pod_id, "stop", settled_ok=True)
+            if acted.ours:
+                record_event(rt, book, "stopped", pod_id, clock.now(), reason="stop")
+            return acted.said("stopped")
 
         return each_pod(ids, one, "pods stop", rt)
 
@@ -98,7 +93,8 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                 )
             if live:
                 return "already running" + note
-            started = client.action(pod_id, "start") or client.get_pod(pod_id) or {}
+            acted = client.action(pod_id, "start")  # answer lost, retry refused: "already"
+            started = acted.pod or client.get_pod(pod_id) or {}
             record_event(rt, book, "started", pod_id, clock.now(), reason="start", **held)
             if _gpus(pod) and _gpus(started) == 0:
                 _stop_again(client, pod_id)
@@ -110,7 +106,7 @@ def start(inp: StartInputs, rt: Runtime, clock: Clock = SYSTEM) -> Result:
                     hint=f"copy what you need off its volume, then pods down {pod_id} and pods "
                     "up for a new pod",
                 )
-            return "started" + note
+            return acted.said("started") + note
 
         return each_pod(ids, one, "pods start", rt)
 

@@ -24,8 +24,9 @@ from gpuci.pods._lifecycle.common import (
     record_event,
     tagged_pods,
 )
-from gpuci.pods._runpod.client import InvalidTransition, NotFound, RunPodClient
+from gpuci.pods._runpod.client import NotFound, RunPodClient
 from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.errors import InvalidTransition
 from gpuci.pods._runpod.naming import PodTag, tag_of
 from gpuci.pods.health import _repeat_failures as repeat_failures
 from gpuci.pods.options import ReapInputs

@@ -27,7 +27,7 @@ from gpuci.pods._budgets import ledger
 from gpuci.pods._lifecycle.cancel import CLEANUP_DEADLINE_S, CLEANUP_REQUEST_S
 from gpuci.pods._lifecycle.common import record_end
 from gpuci.pods._runners.registry import Request
-from gpuci.pods._runpod.client import NotFound, RunPodClient
+from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock
 from gpuci.pods._runpod.naming import PodTag
 from gpuci.runtime import Runtime
@@ -187,10 +187,8 @@ def _release(
 def terminate_quietly(client: RunPodClient, pod_id: str, log: Callable[[str], None]) -> bool:
     """Terminate ``pod_id``; True when it is gone (now or already)."""
     try:
-        client.delete_pod(pod_id)
-        log(f"terminated {pod_id} after the failure")
-    except NotFound:
-        pass
+        if client.delete_pod(pod_id).ours:
+            log(f"terminated {pod_id} after the failure")
     except GpuciError as exc:
         log(f"warning: could not terminate {pod_id}: {exc.one_line()} (reap will)")
         return False

@@ -11,85 +11,36 @@ is read and never appears in a message.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
 from gpuci import httpclients, settings, untrusted_json
-from gpuci.errors import CheckFailed, InfraError, InputError
+from gpuci.errors import InputError
 from gpuci.pods._runpod.clock import SYSTEM, Clock
+from gpuci.pods._runpod.errors import (
+    API_KEY_ENV,
+    MAX_RETRY_AFTER_S,
+    NotFound,
+    RunPodError,
+    Transient,
+    Unanswered,
+    raise_for,
+    sent_env,
+)
 from gpuci.redact import excerpt, json_kind, redact_url
-from gpuci.retry import RetryPolicy, parse_retry_after
+from gpuci.retry import RetryPolicy
 
 if TYPE_CHECKING:
     from tenacity import Retrying
 
 DEFAULT_API_URL = "https://api.runpod.io"
-API_KEY_ENV = settings.RUNPOD_API_KEY.name
 API_URL_ENV = settings.RUNPOD_API_URL.name
-MAX_RETRY_AFTER_S = 300.0
 # The most of one answer read: a listing of a thousand pods with their env is a few MiB.
 MAX_ANSWER = untrusted_json.MAX_BYTES
 T = TypeVar("T")
-
-
-class RunPodError(InfraError):
-    """The API answered with an error we cannot fix by retrying."""
-
-    title = "gpu-ci: RunPod API error"
-
-    def __init__(self, message: str, hint: str | None = None, status: int = 0, detail: str = ""):
-        super().__init__(message, hint)
-        self.status = status
-        self.detail = detail
-
-
-class Transient(RunPodError):
-    """429, 5xx or a transport failure: retry the same request after a wait."""
-
-    def __init__(self, message: str, status: int = 0, retry_after: float | None = None):
-        super().__init__(message, "retry later; RunPod or the network is unhealthy", status)
-        self.retry_after = retry_after
-
-
-class Unanswered(Transient):
-    """A reused (kept-alive) connection lost before any answer came: the server had closed it
-    as idle while the request was on its way, so it never saw that request. Retried at once,
-    with no backoff (RunPod is not unhealthy); a create's retry still looks for its pod first."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retry_after=0.0)
-
-
-class CandidateRejected(RunPodError):
-    """400 or 403 on create: this GPU type / data centre cannot be placed; try the next one."""
-
-
-class NotFound(RunPodError):
-    """404: the pod is gone (``down`` treats this as success)."""
-
-
-class InvalidTransition(RunPodError):
-    """409: the action is not valid for the pod's current status."""
-
-
-class ContractViolation(InputError):
-    """422: our request does not match the contract; never retried."""
-
-    title = "gpu-ci: RunPod rejected the request"
-
-
-class InsufficientBalance(CheckFailed):
-    """402: no candidate can succeed, so stop at once."""
-
-    title = "gpu-ci: RunPod balance too low"
-
-
-class Unauthorized(InputError):
-    title = "gpu-ci: RunPod key refused"
 
 
 #: The retry table from the createPod docs, declared once and used for every request: 429 waits
@@ -107,34 +58,6 @@ RETRY_POLICY = RetryPolicy(
 CLEANUP_POLICY = RetryPolicy(
     attempts=2, initial=0.2, max_wait=0.2, jitter="none", retry_after_cap=0.2
 )
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    return parse_retry_after(headers.get("Retry-After"), cap=MAX_RETRY_AFTER_S)
-
-
-def _sent_env(body: Any) -> frozenset[str]:
-    """The env values a request sends, in each form an error may echo them (as sent, as JSON
-    escapes them, as Python's repr does): what a refusal says about them is redacted like a
-    secret, since a plan shows none of them (their secrecy can't be told from their names)."""
-    env = body.get("env") if isinstance(body, dict) else None
-    values = [v for v in env.values() if isinstance(v, str)] if isinstance(env, dict) else []
-    return frozenset(f for v in values for f in (v, json.dumps(v)[1:-1], repr(v)[1:-1]))
-
-
-def _problem(response: httpx.Response, hidden: Collection[str] = ()) -> tuple[str, list[str]]:
-    """The error's detail and its list of errors, each redacted (the registered secrets and
-    ``hidden``) THEN cut to one line."""
-    try:
-        body = untrusted_json.loads(response.content)
-    except untrusted_json.Unusable:
-        return excerpt(response.text, 200, hidden), []
-    if not isinstance(body, dict):
-        return excerpt(str(body), 200, hidden), []
-    errors = body.get("errors") or []
-    errors = errors if isinstance(errors, list) else [errors]
-    detail = excerpt(str(body.get("detail") or body.get("title") or ""), 200, hidden)
-    return detail, [excerpt(str(e), 200, hidden) for e in errors[:10]]
 
 
 # ----- the shapes we read from answers: a wrong one is one line, exit 3, never a crash --------
@@ -271,43 +194,39 @@ def _list_in(
     return items
 
 
+#: The statuses each action leaves a pod in (terminate: gone, a 404 or TERMINATED), which a
+#: refused retry reads for (restart has none: its refusal stays the error).
+_LEAVES = {
+    "start": ("PROVISIONING", "STARTING", "RUNNING"),
+    "stop": ("EXITED",),
+    "terminate": ("TERMINATED",),
+}
+_REFUSED = (400, 404, 409)  # what podAction and deletePod answer for a pod in another state
+
+
+@dataclasses.dataclass(frozen=True)
+class Acted:
+    """An action done: ``pod`` as its answer gave it (None for a 204, or where a refusal read
+    the pod: as read); ``already``: a refusal found the pod the action's way; ``lost``: an
+    attempt's answer was lost before, so it may be the one that acted."""
+
+    pod: dict[str, Any] | None
+    already: bool = False
+    lost: bool = False
+
+    @property
+    def ours(self) -> bool:
+        """This call acted (its answer said so, or a lost one did): the ledger records it."""
+        return self.lost or not self.already
+
+    def said(self, done: str) -> str:
+        """``done`` ("stopped"), or "already stopped" when a refusal found it so."""
+        return f"already {done}" if self.already else done
+
+
 def _named(pod: Mapping[str, Any], name: str) -> bool:
     found = str(pod.get("name") or "")
     return found == name or found.startswith(name + " smoke ")
-
-
-def raise_for(response: httpx.Response, what: str, hidden: Collection[str] = ()) -> None:
-    """Map one HTTP answer onto the retry table's classes (success returns quietly); the
-    answer's text never shows ``hidden`` (what the request sent that a plan hides)."""
-    status = response.status_code
-    if status < 400:
-        return
-    detail, errors = _problem(response, hidden)
-    text = f"{what}: HTTP {status}: {detail}"
-    if status == 429:
-        raise Transient(text, status, _retry_after(response.headers))
-    if status >= 500:
-        raise Transient(text, status)
-    if status == 422:
-        raise ContractViolation(
-            f"{text}{' (' + '; '.join(errors) + ')' if errors else ''}",
-            hint="fix the inputs named in the error; this request is never retried",
-        )
-    if status == 402:
-        raise InsufficientBalance(text, hint="add credit to the RunPod account, then rerun")
-    if status == 401:
-        raise Unauthorized(text, hint=f"set {API_KEY_ENV} to a valid RunPod API key")
-    if status in (400, 403):
-        raise CandidateRejected(
-            text, hint="try another GPU type or data centre", status=status, detail=detail
-        )
-    if status == 404:
-        raise NotFound(text, hint="check the pod id", status=status, detail=detail)
-    if status == 409:
-        raise InvalidTransition(
-            text, hint="check the pod's status with `pods ls`", status=status, detail=detail
-        )
-    raise RunPodError(text, hint="see the RunPod status page", status=status, detail=detail)
 
 
 def api_url(environ: Mapping[str, str]) -> str:
@@ -433,7 +352,7 @@ class RunPodClient:
                 f": {excerpt(str(exc), 120)})",
                 hint=f"set {API_URL_ENV} to e.g. {DEFAULT_API_URL}",
             ) from None
-        raise_for(response, what, _sent_env(kwargs.get("json")))
+        raise_for(response, what, sent_env(kwargs.get("json")))
         return response
 
     def _bounded(self, method: str, path: str, what: str, **kwargs: Any) -> httpx.Response:
@@ -515,18 +434,44 @@ class RunPodClient:
             raise _shape_error(what, f"a JSON {json_kind(found)} where a pod belongs")
         return found
 
-    def action(self, pod_id: str, action: str) -> dict[str, Any] | None:
-        """start/stop/restart/terminate; terminate answers 204 (None)."""
-        response = self.request(
-            "POST", f"/v2/pods/{pod_id}/action", f"{action} pod {pod_id}", json={"action": action}
-        )
-        if response.status_code == 204 or not response.content:
-            return None
-        found = _json(response, f"{action} pod {pod_id}")
-        return found if isinstance(found, dict) else None
+    def action(self, pod_id: str, action: str, *, settled_ok: bool = False) -> Acted:
+        """start/stop/restart (podAction), or terminate (DELETE, deletePod's equivalent), made
+        idempotent: a retry RunPod refuses (409 not valid for the status, 404 gone, 400) after
+        an attempt whose answer was lost (cut, its connection closed, a 5xx: it may have acted)
+        reads the pod, and one the action's way (:data:`_LEAVES`) means done; otherwise the
+        refusal is the error. ``settled_ok``: a first refusal is read too (``pods stop`` of a
+        stopped pod, ``down`` of a gone one); without it, it stays the error."""
+        what = f"{action} pod {pod_id}"
+        lost = False
 
-    def delete_pod(self, pod_id: str) -> None:
-        self.request("DELETE", f"/v2/pods/{pod_id}", f"terminate pod {pod_id}")
+        def attempt(_number: int) -> Acted:
+            nonlocal lost
+            try:
+                if action == "terminate":
+                    self._once("DELETE", f"/v2/pods/{pod_id}", what)
+                    return Acted(None, lost=lost)
+                sent = {"action": action}
+                response = self._once("POST", f"/v2/pods/{pod_id}/action", what, json=sent)
+            except Transient as exc:
+                lost = lost or exc.status != 429  # a 429 is refused unread: no action taken
+                raise
+            except RunPodError as exc:
+                if exc.status in _REFUSED and (lost or settled_ok):
+                    pod = None if exc.status == 404 else self.get_pod(pod_id)
+                    status = "TERMINATED" if pod is None else pod.get("status")
+                    if status in _LEAVES.get(action, ()):
+                        return Acted(pod, already=True, lost=lost)
+                raise
+            if response.status_code == 204 or not response.content:
+                return Acted(None, lost=lost)
+            found = _json(response, what)
+            return Acted(found if isinstance(found, dict) else None, lost=lost)
+
+        return self._retried(attempt, None)
+
+    def delete_pod(self, pod_id: str) -> Acted:
+        """Terminate; one already gone (404) is done, ``already``."""
+        return self.action(pod_id, "terminate", settled_ok=True)
 
     # ----- catalog and billing ------------------------------------------------------------
     def list_gpu_types(

@@ -24,7 +24,7 @@ from gpuci.errors import CheckFailed, ExitCode, GpuciError, InfraError
 from gpuci.gpu import _health_record as gpu_health
 from gpuci.pods._lifecycle.readiness import poll_s
 from gpuci.pods._runpod import plan
-from gpuci.pods._runpod.client import NotFound, RunPodClient
+from gpuci.pods._runpod.client import RunPodClient
 from gpuci.pods._runpod.clock import Clock
 from gpuci.pods.health._handover import Verdict, verdict_of
 from gpuci.runtime import Result, Runtime, markdown_table
@@ -198,10 +198,8 @@ def end_failed(
     attempt = attempts.items[-1]
     attempt.ended, attempt.verdict = now, f"hardware: {verdict.text()}"
     try:
-        client.delete_pod(attempt.pod)
-        rt.log(f"terminated {attempt.pod} after its gpu-smoke hardware failure")
-    except NotFound:
-        pass
+        if client.delete_pod(attempt.pod).ours:
+            rt.log(f"terminated {attempt.pod} after its gpu-smoke hardware failure")
     except GpuciError as exc:
         result.warning(f"could not terminate {attempt.pod}: {exc.one_line()} (reap will)")
     if attempt.data_center:
