@@ -32,6 +32,7 @@ from gpuci.dryrun._expressions import (
     opaque,
     to_number,
     to_text,
+    truth_of,
 )
 from gpuci.dryrun._workflow import load_local_workflow, own_workflow, trigger_mapping
 from gpuci.redact import clip
@@ -47,6 +48,7 @@ __all__ = [
     "find_callee",
     "inputs_context",
     "job_legs",
+    "job_result",
     "job_title",
     "merge_leg_outputs",
     "needs_order",
@@ -201,6 +203,18 @@ def worst_outcome(outcomes: list[Any]) -> Any:
     if outcomes and all(o == "skipped" for o in outcomes):
         return "skipped"
     return "success"
+
+
+def job_result(job: Mapping[str, Any], ctx: Mapping[str, Any], outcome: Any) -> Any:
+    """A leg's result as the jobs that need it read it: a job with ``continue-on-error`` that
+    fails does not fail the run, and ``needs.<job>.result`` is ``success`` (actions/runner
+    #1161: the UI still shows it failed); unknown when only the run knows the setting."""
+    if outcome == "success" or "continue-on-error" not in job:
+        return outcome
+    tolerated = truth_of(evaluate_value(job["continue-on-error"], ctx, nothing_failed))
+    if tolerated is None:
+        return outcome if isinstance(outcome, Unknown) else Unknown("continue-on-error")
+    return "success" if tolerated else outcome
 
 
 def needs_order(jobs: Mapping[str, Any]) -> list[str]:

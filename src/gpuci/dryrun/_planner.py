@@ -38,6 +38,7 @@ from gpuci.dryrun._jobs import (
     inputs_context,
     job_legs,
     job_needs,
+    job_result,
     job_title,
     merge_leg_outputs,
     needs_order,
@@ -353,7 +354,11 @@ class Planner:
             self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", 0, note)
             for plan in self.plans[first:]:
                 plan.notes = notes + plan.notes
-            outcomes.append("failure" if state.failed is True else state.failed or "success")
+            outcome = "failure" if state.failed is True else state.failed or "success"
+            outcomes.append(job_result(leg_job, ctx, outcome))
+            if outcome != "success" and outcomes[-1] == "success":
+                short = name.rpartition("/")[2]
+                self.transcript.say(f"  continue-on-error: needs.{short}.result is success")
             if note:
                 outcomes[-1] = Unknown(f"{leg_name} is conditional")
             declared = mapping(leg_job.get("outputs"))
