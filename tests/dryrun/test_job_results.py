@@ -62,3 +62,44 @@ jobs:
       - run: echo
 """
     assert _verdicts(tmp_path, body)["f"] == after
+
+
+def _chain(first: str, last: str) -> str:
+    """a (``first``: its if:, or a step that fails here) -> b (``if: always()``) -> c (``last``:
+    its if:), each with one ``run:`` step."""
+    step = "    steps:\n      - run: echo\n"
+    return (
+        f"on: push\njobs:\n  a:\n    runs-on: x\n{first}"
+        f"  b:\n    needs: a\n    if: always()\n    runs-on: x\n{step}"
+        f"  c:\n    needs: b\n    runs-on: x\n{last}{step}"
+    )
+
+
+A_SKIPPED = "    if: false\n    steps:\n      - run: echo\n"
+A_FAILS = f"    steps:\n      - {FAILS}\n"
+
+
+@pytest.mark.parametrize(
+    ("first", "last", "ran"),
+    [
+        (A_SKIPPED, "", "skipped"),  # actions/runner#2205
+        (A_FAILS, "", "skipped"),
+        (A_FAILS, "    if: success()\n", "skipped"),
+        (A_FAILS, "    if: failure()\n", "run"),  # "if any ancestor job fails"
+        (A_FAILS, "    if: always()\n", "run"),
+    ],
+    ids=["skipped-success", "failed-success", "failed-explicit", "failed-failure", "always"],
+)
+def test_a_jobs_status_functions_read_every_job_above_it(tmp_path, first, last, ran):
+    """GitHub's ``success()`` for a job is false when any ancestor failed or was skipped, though
+    the job it needs (here ``b``, ``if: always()``) succeeded, and ``failure()`` is true when
+    any ancestor failed. Before, the plan read only the jobs a job names in ``needs``."""
+    verdicts = _verdicts(tmp_path, _chain(first, last))
+    assert verdicts["b"] == "run", verdicts
+    assert verdicts["c"] == ran, verdicts
+
+
+def test_a_job_skipped_for_an_ancestor_says_which(tmp_path):
+    wf = write(tmp_path, _chain(A_FAILS, ""), f"{WORKFLOWS}/wf.yml")
+    lines = dry_run(tmp_path, wf, cwd=tmp_path).stdout.splitlines()
+    assert "job c: skipped: ancestor a would fail or be skipped here" in lines, lines

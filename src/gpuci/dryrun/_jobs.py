@@ -57,6 +57,7 @@ __all__ = [
     "refusals",
     "skipped_context",
     "string_if",
+    "upstream_state",
     "worst_outcome",
 ]
 
@@ -77,6 +78,30 @@ class JobState:
         if isinstance(self.failed, Unknown):
             return self.failed
         return self.failed if name == "failure" else not self.failed
+
+
+def upstream_state(
+    results: Mapping[str, Any], above: Mapping[str, Mapping[str, Any]]
+) -> tuple[JobState, dict[str, Any]]:
+    """A job's status functions from the results of every job above it (``results``: its
+    needs', ``above``: each need's own upstream), not only of those it needs: GitHub's
+    ``success()`` for a job is false when any ancestor failed or was skipped, though the
+    jobs it needs succeeded (actions/runner#2205), and ``failure()`` "returns true if any
+    ancestor job fails". Also the results of them all, for the jobs below it."""
+    upstream = dict(results)
+    for need in results:
+        for name, result in above.get(need, {}).items():
+            upstream.setdefault(name, result)
+    state = JobState()
+    failed = [n for n, r in upstream.items() if r in ("failure", "skipped")]
+    near, far = [n for n in failed if n in results], [n for n in failed if n not in results]
+    if failed:
+        words = [f"needs {', '.join(near)}"] if near else []
+        words += [f"ancestor {', '.join(far)}"] if far else []
+        state.failed, state.failure = True, " and ".join(words)
+    elif unsure := next((n for n, r in upstream.items() if isinstance(r, Unknown)), ""):
+        state.failed = Unknown(f"needs.{unsure}.result", path=False)
+    return state, upstream
 
 
 def nothing_failed(name: str) -> bool:

@@ -47,6 +47,7 @@ from gpuci.dryrun._jobs import (
     refusals,
     skipped_context,
     string_if,
+    upstream_state,
     worst_outcome,
 )
 from gpuci.dryrun._matrix import BadMatrix
@@ -90,6 +91,7 @@ class Planner:
     plans: list[StepPlan] = field(default_factory=list)
     outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
     job_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its outputs
+    upstream: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> all above it
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
     source: Path | None = None  # the workflow file: a call back to it is a cycle
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
@@ -147,13 +149,8 @@ class Planner:
                 for n, r in results.items()
             },
         }
-        state = JobState()
-        failed = [n for n, r in results.items() if r in ("failure", "skipped")]
-        if failed:
-            state.failed, state.failure = True, f"needs {', '.join(failed)}"
-        elif any(isinstance(r, Unknown) for r in results.values()):
-            unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
-            state.failed = Unknown(f"needs.{unsure}.result", path=False)
+        above = {n: self.upstream.get(f"{prefix}{n}", {}) for n in results}
+        state, self.upstream[name] = upstream_state(results, above)
         cond, uses = job.get("if"), str(job.get("uses") or "")
         if warned := string_if(cond, self.bounds.file()):  # the job runs as GitHub reads it
             self.notes.append(f"job {name}: {warned}")
