@@ -103,3 +103,17 @@ def test_a_job_skipped_for_an_ancestor_says_which(tmp_path):
     wf = write(tmp_path, _chain(A_FAILS, ""), f"{WORKFLOWS}/wf.yml")
     lines = dry_run(tmp_path, wf, cwd=tmp_path).stdout.splitlines()
     assert "job c: skipped: ancestor a would fail or be skipped here" in lines, lines
+
+
+@pytest.mark.parametrize(
+    ("need", "ran"), [(A_SKIPPED, "skipped"), (A_FAILS, "run")], ids=["skipped", "failed"]
+)
+def test_failure_is_false_after_a_skipped_need(tmp_path, need, ran):
+    """A skipped job is no failure: ``if: failure()`` after one does not run (GitHub's
+    ``failure()`` is true when a job above *fails*; success() is false after either). Before,
+    the plan counted the skip as a failure and ran the job."""
+    body = (
+        f"on: push\njobs:\n  a:\n    runs-on: x\n{need}"
+        "  d:\n    needs: a\n    if: failure()\n    runs-on: x\n    steps:\n      - run: echo\n"
+    )
+    assert _verdicts(tmp_path, body)["d"] == ran

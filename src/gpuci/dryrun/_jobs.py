@@ -69,12 +69,16 @@ class JobState:
     failed: bool | Unknown = False
     failure: str = ""  # which step, in words
     steps: dict[str, Any] = field(default_factory=dict)
+    # what failure() reads where it is not ``failed``: a job above was skipped, none failed
+    failing: bool | Unknown | None = None
 
     def status(self, name: str) -> bool | Unknown:
         if name == "always":
             return True
         if name == "cancelled":
             return False
+        if name == "failure" and self.failing is not None:
+            return self.failing
         if isinstance(self.failed, Unknown):
             return self.failed
         return self.failed if name == "failure" else not self.failed
@@ -87,7 +91,8 @@ def upstream_state(
     needs', ``above``: each need's own upstream), not only of those it needs: GitHub's
     ``success()`` for a job is false when any ancestor failed or was skipped, though the
     jobs it needs succeeded (actions/runner#2205), and ``failure()`` "returns true if any
-    ancestor job fails". Also the results of them all, for the jobs below it."""
+    ancestor job fails" (a skipped one is no failure). Also the results of them all, for the
+    jobs below it."""
     upstream = dict(results)
     for need in results:
         for name, result in above.get(need, {}).items():
@@ -99,6 +104,9 @@ def upstream_state(
         words = [f"needs {', '.join(near)}"] if near else []
         words += [f"ancestor {', '.join(far)}"] if far else []
         state.failed, state.failure = True, " and ".join(words)
+        if "failure" not in (upstream[n] for n in failed):  # skipped only
+            unsure = next((n for n, r in upstream.items() if isinstance(r, Unknown)), "")
+            state.failing = Unknown(f"needs.{unsure}.result", path=False) if unsure else False
     elif unsure := next((n for n, r in upstream.items() if isinstance(r, Unknown)), ""):
         state.failed = Unknown(f"needs.{unsure}.result", path=False)
     return state, upstream
