@@ -142,3 +142,27 @@ def test_a_matrix_too_large_to_weigh_is_refused(monkeypatch):
     with pytest.raises(InputError, match=r"50 legs to weigh against 3 include entries"):
         matrix.expand({**_axes(10, 5), "include": [{"x": 1}, {"x": 2}, {"x": 3}]})
     assert matrix.expand({**_axes(10, 10), "exclude": [{"a0": 0}]}) is not None  # 100 checks
+
+
+def test_include_and_exclude_entries_match_as_expressions_compare():
+    """actions/runner's MatrixBuilder turns each leaf of an entry into ``matrix[...] == value``:
+    strings case-blind, numbers coerced, null equal to '', keys case-blind, and a nested
+    mapping matched in part. Before, Python's ``==`` kept every leg below."""
+    cased = matrix.expand(
+        {"os": ["Ubuntu-Latest", "windows"], "exclude": [{"os": "ubuntu-latest"}]}
+    )
+    assert cased == [{"os": "windows"}]
+    # ChristopherHX/runner.server#95: 'a' by 'A', '' and null by null
+    empty = matrix.expand({"a": ["a", "b", "", None], "exclude": [{"A": "A"}, {"A": None}]})
+    assert empty == [{"a": "b"}]
+    nested = {"cfg": [{"py": 3, "cuda": 12}, {"py": 3, "cuda": 11}]}
+    assert matrix.expand({**nested, "exclude": [{"cfg": {"cuda": 11}}]}) == [
+        {"cfg": {"py": 3, "cuda": 12}}
+    ]
+    # an include entry fits the leg its axis value equals, and leaves that value as it was
+    assert matrix.expand(
+        {"os": ["linux"], "py": ["3.10"], "include": [{"OS": "Linux", "gpu": "a"}]}
+    ) == [{"os": "linux", "py": "3.10", "gpu": "a"}]
+    assert matrix.expand({"py": ["3.10"], "include": [{"py": 3.1, "tag": "x"}]}) == [
+        {"py": "3.10", "tag": "x"}
+    ]

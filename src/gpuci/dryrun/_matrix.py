@@ -1,16 +1,18 @@
 """A job's ``strategy.matrix``, expanded into its legs as GitHub Actions does.
 
 ``dry-run`` judges each leg: ``min-memory-gb: ${{ matrix.mem }}`` with legs 40 and 200 is two
-plans, and the 200 leg fails on an H200 as the runner's would. GitHub's rules: the product of
-the matrix's own keys; ``exclude`` removes every combination that matches all of an entry's
-keys; each ``include`` entry is added to every combination whose original values it does not
-contradict (it may set new keys, and overwrite keys an earlier include added), and becomes a
-combination of its own when it fits none. A matrix built by an expression (``fromJSON(...)``)
-can't be expanded here: :func:`expand` returns None and the caller says so. Past 256 legs
-GitHub refuses the run ("Strategy expansion exceeded 256 results"), and :func:`expand` raises
-:class:`TooManyLegs`, counting from the axes' lengths before it builds any leg. An axis with no
-values, or a matrix with neither axes nor ``include``, fails the job at "Evaluate strategy"
-("Matrix vector 'gpu' does not contain any values"): :func:`expand` raises :class:`BadMatrix`.
+plans, and the 200 leg fails on an H200 as the runner's would. GitHub's rules (actions/runner
+``MatrixBuilder``): the product of the matrix's own keys; ``exclude`` removes every combination
+that matches all of an entry's keys; each ``include`` entry is added to every combination whose
+original values it does not contradict (it may set new keys, and overwrite keys an earlier
+include added), and becomes a combination of its own when it fits none. An entry matches as
+an expression's ``==`` does, leaf by leaf (:func:`matches`). A matrix built by an expression
+(``fromJSON(...)``) can't be expanded here: :func:`expand` returns None and the caller says
+so. Past 256 legs GitHub refuses the run ("Strategy expansion exceeded 256 results"), and
+:func:`expand` raises :class:`TooManyLegs`, counting from the axes' lengths before it builds
+any leg. An axis with no values, or a matrix with neither axes nor ``include``, fails the job
+at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"): :func:`expand`
+raises :class:`BadMatrix`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import re
 from typing import Any
 
 from gpuci.dryrun._embedded import Span
-from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, to_text
+from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, equal, to_text
 from gpuci.errors import InputError
 
 _MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
@@ -75,8 +77,9 @@ def expand(matrix: Any) -> list[Leg] | None:
     if any(not isinstance(entry, dict) for entry in include):
         return None
     _refuse_empty(axes, include)
-    legs = _combinations(axes, [e for e in exclude if isinstance(e, dict)])
-    _include(legs, include)
+    exclude = [e for e in exclude if isinstance(e, dict)]
+    legs = _combinations(axes, exclude)
+    _include(legs, include, {str(key).casefold() for key in axes})
     return legs or [{}]
 
 
@@ -96,6 +99,26 @@ def _refuse_empty(axes: dict[str, list[Any]], include: list[Leg]) -> None:
             '("Matrix must define at least one vector")',
             hint="give the matrix an axis with values, or remove strategy.matrix",
         )
+
+
+def matches(value: Any, entry: Any) -> bool:
+    """Whether a leg (``value``) matches an include or exclude entry as GitHub's matrix builder
+    decides: each leaf of the entry ``==`` the leg's value at its path, as an expression
+    compares (strings case-blind, numbers coerced, null equal to ''; keys case-blind), so a
+    nested mapping or list matches in part."""
+    if isinstance(entry, dict):
+        return all(matches(_at(value, str(k)), v) for k, v in entry.items())
+    if isinstance(entry, list):
+        items = value if isinstance(value, list) else []
+        return all(matches(items[i] if i < len(items) else None, v) for i, v in enumerate(entry))
+    return equal(value, entry)
+
+
+def _at(value: Any, key: str) -> Any:
+    """``value[key]`` as an expression reads it: a mapping's key case-blind, else null."""
+    if not isinstance(value, dict):
+        return None
+    return next((v for k, v in value.items() if str(k).casefold() == key.casefold()), None)
 
 
 def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
@@ -118,17 +141,17 @@ def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
     kept: list[Leg] = []
     for combo in itertools.product(*axes.values()):
         leg = dict(zip(axes, combo, strict=True))
-        if not any(all(leg.get(k) == v for k, v in e.items()) for e in exclude):
+        if not any(matches(leg, e) for e in exclude):
             kept.append(leg)
             if len(kept) > MAX_LEGS:
                 raise _too_many(f"more than {MAX_LEGS} legs after its exclude entries")
     return kept
 
 
-def _include(legs: list[Leg], include: list[Leg]) -> None:
+def _include(legs: list[Leg], include: list[Leg], named: set[str]) -> None:
     """Put each include entry into ``legs``: into every combination whose original values it
     does not contradict (judged by the product's values, never by one an earlier include
-    added), else as a leg of its own."""
+    added; those values stay as they are), else as a leg of its own."""
     product = [(leg, dict(leg)) for leg in legs]
     if len(product) * len(include) > MAX_CHECKS:
         raise _too_many(
@@ -138,8 +161,9 @@ def _include(legs: list[Leg], include: list[Leg]) -> None:
     for entry in include:
         fitted = False
         for leg, original in product:
-            if all(original[k] == v for k, v in entry.items() if k in original):
-                leg.update(entry)
+            axes = {k: v for k, v in entry.items() if str(k).casefold() in named}
+            if matches(original, axes):
+                leg.update({k: v for k, v in entry.items() if k not in axes})
                 fitted = True
         if not fitted:
             legs.append(dict(entry))
