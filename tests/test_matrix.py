@@ -166,3 +166,24 @@ def test_include_and_exclude_entries_match_as_expressions_compare():
     assert matrix.expand({"py": ["3.10"], "include": [{"py": 3.1, "tag": "x"}]}) == [
         {"py": "3.10", "tag": "x"}
     ]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            {"os": ["a"], "exclude": [{"build": False}]},
+            "Matrix exclude key 'build' does not match any key within the matrix",
+        ),
+        ({"os": ["a"], "exclude": [{}]}, "Matrix exclude filter must not be empty"),
+        ({"os": ["a"], "include": [{}]}, "Matrix include mapping does not contain any values"),
+    ],
+    ids=["exclude-key", "empty-exclude", "empty-include"],
+)
+def test_an_entry_githubs_matrix_builder_refuses_is_bad_input(body, said):
+    """actions/runner#2111: an exclude key that is no axis is refused (include entries are
+    added after exclude, so an exclude cannot name their keys); so is an empty entry. Before,
+    the plan expanded such a matrix as if the entry were not there."""
+    with pytest.raises(matrix.BadMatrix) as caught:
+        matrix.expand(body)
+    assert f'("{said}")' in caught.value.message, caught.value.message

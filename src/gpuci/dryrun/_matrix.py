@@ -11,7 +11,8 @@ an expression's ``==`` does, leaf by leaf (:func:`matches`). A matrix built by a
 so. Past 256 legs GitHub refuses the run ("Strategy expansion exceeded 256 results"), and
 :func:`expand` raises :class:`TooManyLegs`, counting from the axes' lengths before it builds
 any leg. An axis with no values, or a matrix with neither axes nor ``include``, fails the job
-at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"): :func:`expand`
+at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"), and an empty
+include or exclude entry, or an exclude key that is no axis, is refused too: :func:`expand`
 raises :class:`BadMatrix`.
 """
 
@@ -78,6 +79,7 @@ def expand(matrix: Any) -> list[Leg] | None:
         return None
     _refuse_empty(axes, include)
     exclude = [e for e in exclude if isinstance(e, dict)]
+    _refuse_filters(axes, include, exclude)
     legs = _combinations(axes, exclude)
     _include(legs, include, {str(key).casefold() for key in axes})
     return legs or [{}]
@@ -98,6 +100,27 @@ def _refuse_empty(axes: dict[str, list[Any]], include: list[Leg]) -> None:
             "strategy.matrix has no axis and no include entry: GitHub fails the job "
             '("Matrix must define at least one vector")',
             hint="give the matrix an axis with values, or remove strategy.matrix",
+        )
+
+
+def _refuse_filters(axes: dict[str, list[Any]], include: list[Leg], exclude: list[Leg]) -> None:
+    """Raises BadMatrix for an include or exclude entry GitHub's matrix builder refuses: an
+    empty one, or an exclude key that is no axis (actions/runner#2111)."""
+    named = {str(key).casefold() for key in axes}
+    for what, entries in (("include", include), ("exclude", exclude)):
+        if any(not entry for entry in entries):
+            said = "mapping does not contain any values" if what == "include" else "filter"
+            raise BadMatrix(
+                f"strategy.matrix has an empty {what} entry: GitHub refuses it "
+                f'("Matrix {what} {said}{"" if what == "include" else " must not be empty"}")',
+                hint=f"give the {what} entry a key, or remove it",
+            )
+    for key in (k for entry in exclude for k in entry if str(k).casefold() not in named):
+        raise BadMatrix(
+            f"strategy.matrix exclude key '{_short(key)}' is no axis of the matrix: GitHub "
+            f"refuses it (\"Matrix exclude key '{_short(key)}' does not match any key within "
+            'the matrix")',
+            hint="exclude by the matrix's own keys (include entries are added after exclude)",
         )
 
 
