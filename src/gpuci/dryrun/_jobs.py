@@ -253,7 +253,8 @@ def job_result(job: Mapping[str, Any], ctx: Mapping[str, Any], outcome: Any) -> 
 def needs_order(jobs: Mapping[str, Any]) -> list[str]:
     """Job ids in an order where each comes after what it needs, file order otherwise: of the
     jobs ready together, the first in the file goes first. A need the workflow lacks is
-    ignored; jobs in a cycle (GitHub refuses the workflow) follow the rest, in file order.
+    ignored; jobs in a cycle follow the rest, in file order (the loader refuses both, as GitHub
+    does: ``_workflow._needs_refused``).
 
     Kahn's topological sort, by file position, in time linear in the jobs and their needs.
     """
