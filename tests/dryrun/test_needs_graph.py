@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dryrun.dryrun_testing import WORKFLOWS, dry_run, write
+from dryrun.dryrun_testing import WORKFLOWS, dry_run, steps_of, write
 
 STEP = "    runs-on: x\n    steps:\n      - run: echo\n"
 
@@ -55,7 +55,13 @@ def test_a_called_workflow_with_a_cycle_is_bad_input(tmp_path):
 
 
 def test_needs_name_jobs_case_blind_as_on_github(tmp_path):
-    """GitHub compares a need with the job ids ignoring case: not refused."""
-    wf = write(tmp_path, _jobs(("build", ""), ("test", "Build")), f"{WORKFLOWS}/wf.yml")
-    proc = dry_run(tmp_path, wf, cwd=tmp_path)
+    """GitHub matches a need to a job ignoring case: ``needs: Build`` waits for ``build`` and
+    reads its result. Before, the plan found no such job and ran ``test`` as conditional."""
+    fails = "    runs-on: x\n    steps:\n      - uses: acme/gpu-ci/actions/gpu-setup@v1\n"
+    fails += "        with: {min-memory-gb: 100000}\n"
+    body = _jobs(("test", "Build")) + "  build:\n" + fails  # needed below the job needing it
+    wf = write(tmp_path, body, f"{WORKFLOWS}/wf.yml")
+    proc = dry_run(tmp_path, wf, "--json", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    verdicts = [(s["job"], s["verdict"]) for s in steps_of(proc)]
+    assert verdicts == [("build", "would-fail"), ("test", "skipped")], verdicts

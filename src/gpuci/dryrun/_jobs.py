@@ -53,6 +53,7 @@ __all__ = [
     "merge_leg_outputs",
     "needs_order",
     "nothing_failed",
+    "own_needs",
     "plan_condition",
     "refusals",
     "skipped_context",
@@ -279,6 +280,18 @@ def needs_order(jobs: Mapping[str, Any]) -> list[str]:
     order += [index for index in range(len(position)) if index not in placed]
     ids = list(position)
     return [ids[index] for index in order]
+
+
+def own_needs(jobs: Mapping[Any, Any]) -> dict[Any, Any]:
+    """The jobs with each ``needs:`` naming the jobs by their ids as ``jobs:`` writes them:
+    GitHub matches a need to a job case-blind (``needs: Build`` is the job ``build``)."""
+    ids = {str(name).casefold(): str(name) for name in jobs}
+    return {
+        name: {**job, "needs": [ids.get(n.casefold(), n) for n in job_needs(job)]}
+        if isinstance(job, dict) and "needs" in job
+        else job
+        for name, job in jobs.items()
+    }
 
 
 def _known_needs(job: Any, jobs: Mapping[str, Any]) -> set[str]:

@@ -43,6 +43,7 @@ from gpuci.dryrun._jobs import (
     merge_leg_outputs,
     needs_order,
     nothing_failed,
+    own_needs,
     plan_condition,
     refusals,
     skipped_context,
@@ -115,7 +116,7 @@ class Planner:
         depth: int = 0,
         secrets: Any = None,
     ) -> None:
-        jobs: dict[str, Any] = dict(workflow.get("jobs") or {})
+        jobs: dict[str, Any] = own_needs(workflow.get("jobs") or {})
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
         if secrets is not None:
             base["secrets"] = secrets
