@@ -68,7 +68,64 @@ def _steps_listed(path: Path, workflow: dict[str, Any], what: str) -> dict[str, 
             f"{what} {path}: GitHub refuses it: {refused}",
             hint="name in needs: only this workflow's own jobs, with no cycle among them",
         )
+    if refused := _if_refused(workflow["jobs"]):
+        raise InputError(
+            f"{what} {path}: GitHub refuses it: {refused}",
+            hint="a job's if: reads github, inputs, vars and needs; a step's also strategy, "
+            "matrix, steps, job, runner and env (for a secret: set it in env: and test env.X)",
+        )
     return workflow
+
+
+# The contexts an ``if:`` may name (actions/runner workflow-v1.0.json, job-if and step-if):
+# any other, ``secrets`` in a step's, ``env`` or ``matrix`` in a job's, refuses the workflow.
+JOB_IF = frozenset({"github", "inputs", "vars", "needs"})
+STEP_IF = JOB_IF | {"strategy", "matrix", "steps", "job", "runner", "env"}
+
+
+def _if_refused(jobs: Mapping[Any, Any]) -> str:
+    """Why GitHub refuses an ``if:`` of a job or of its steps ('' when it does not): it names
+    a context that ``if:`` cannot read ("Unrecognized named-value"), found when the workflow
+    is read, whether the job or step would run or not."""
+    for name, job in jobs.items():
+        if not isinstance(job, dict):
+            continue
+        conditions = [(f"job '{_quoted(name)}'", job.get("if"), JOB_IF)]
+        for index, step in enumerate(job.get("steps") or [], start=1):
+            where = f"job '{_quoted(name)}' step {index}"
+            conditions.append((where, step.get("if") if isinstance(step, dict) else None, STEP_IF))
+        for where, cond, allowed in conditions:
+            bad = next((n for n in _named_values(cond) if n.casefold() not in allowed), None)
+            if bad is not None:
+                return f"{where} if: Unrecognized named-value: '{_quoted(bad)}'"
+    return ""
+
+
+def _named_values(cond: Any) -> list[str]:
+    """The contexts an ``if:`` names (``env`` of ``env.X``; no function, property or keyword);
+    none for one this plan cannot parse (left to the plan, which says so)."""
+    from gpuci.dryrun._expressions import (
+        KEYWORD_NUMBERS,
+        ExpressionError,
+        condition_expression,
+        tokenize,
+    )
+
+    if cond is None:
+        return []
+    try:
+        tokens = tokenize(condition_expression(cond))
+    except ExpressionError:
+        return []
+    keywords = {"true", "false", "null", *KEYWORD_NUMBERS}
+    return [
+        text
+        for at, (kind, text) in enumerate(tokens)
+        if kind == "name"
+        and text not in keywords
+        and (at == 0 or tokens[at - 1][1] != ".")
+        and (at + 1 == len(tokens) or tokens[at + 1][1] != "(")
+    ]
 
 
 def _needs_refused(jobs: Mapping[Any, Any]) -> str:
