@@ -55,3 +55,20 @@ def test_an_if_naming_only_what_it_may_read_plans(tmp_path, job_if, step_if):
     wf = write(tmp_path, _workflow(job_if, step_if), f"{WORKFLOWS}/wf.yml")
     proc = dry_run(tmp_path, wf, cwd=tmp_path)
     assert "Unrecognized named-value" not in proc.stdout + proc.stderr, proc.stdout
+
+
+def test_an_if_aliased_on_many_steps_is_read_once(tmp_path, monkeypatch):
+    """A YAML alias puts one long ``if:`` on thousands of steps: the check reads each text once
+    (without it, every step's copy was tokenized again when the workflow was read)."""
+    from gpuci.dryrun import _expressions
+    from gpuci.dryrun._workflow import load_workflow
+
+    calls = []
+    tokenize = _expressions.tokenize
+    monkeypatch.setattr(_expressions, "tokenize", lambda text: calls.append(1) or tokenize(text))
+    cond = " && ".join(["github.event_name != 'x'"] * 500)
+    first = f'      - if: &c "{cond}"\n        run: echo\n'
+    steps = first + "".join("      - if: *c\n        run: echo\n" for _ in range(2000))
+    wf = write(tmp_path, f"on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n{steps}", "wf.yml")
+    load_workflow(wf)
+    assert len(calls) <= 2, len(calls)  # one text: its condition and its names (2001 steps)

@@ -87,6 +87,7 @@ def _if_refused(jobs: Mapping[Any, Any]) -> str:
     """Why GitHub refuses an ``if:`` of a job or of its steps ('' when it does not): it names
     a context that ``if:`` cannot read ("Unrecognized named-value"), found when the workflow
     is read, whether the job or step would run or not."""
+    seen: set[tuple[str, frozenset[str]]] = set()  # an if: aliased a million times: read once
     for name, job in jobs.items():
         if not isinstance(job, dict):
             continue
@@ -95,6 +96,9 @@ def _if_refused(jobs: Mapping[Any, Any]) -> str:
             where = f"job '{_quoted(name)}' step {index}"
             conditions.append((where, step.get("if") if isinstance(step, dict) else None, STEP_IF))
         for where, cond, allowed in conditions:
+            if cond is None or (key := (str(cond), allowed)) in seen:
+                continue
+            seen.add(key)
             bad = next((n for n in _named_values(cond) if n.casefold() not in allowed), None)
             if bad is not None:
                 return f"{where} if: Unrecognized named-value: '{_quoted(bad)}'"
