@@ -187,3 +187,16 @@ def test_an_entry_githubs_matrix_builder_refuses_is_bad_input(body, said):
     with pytest.raises(matrix.BadMatrix) as caught:
         matrix.expand(body)
     assert f'("{said}")' in caught.value.message, caught.value.message
+
+
+def test_an_entry_nesting_a_large_value_is_weighed_by_its_values():
+    """An exclude entry whose one key holds 100,000 values (an alias makes that cheap to write)
+    is compared leaf by leaf with each leg, as GitHub's filter does: counted as 100,000
+    comparisons a leg, so 256 legs are refused, not walked for minutes."""
+    big = {"cfg": [None] * 100_000}
+    with pytest.raises(InputError, match=r"256 combinations to weigh against 1 exclude entries"):
+        matrix.expand({**_axes(16, 16), "cfg": [{}], "exclude": [big]})
+    assert matrix.expand({"os": ["a", "b"], "exclude": [{"os": ["x"] * 3}]}) == [
+        {"os": "a"},
+        {"os": "b"},
+    ]

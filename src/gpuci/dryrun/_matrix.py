@@ -156,7 +156,7 @@ def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
     if size > MAX_LEGS and not exclude:
         lengths = " x ".join(str(len(values)) for values in axes.values())
         raise _too_many(f"{size:,} legs ({lengths} values)")
-    if size * max(1, len(exclude)) > MAX_CHECKS:
+    if size * _weight(exclude) > MAX_CHECKS:
         raise _too_many(
             f"{size:,} combinations to weigh against {len(exclude):,} exclude entries "
             f"(over {MAX_CHECKS:,} comparisons)"
@@ -176,7 +176,7 @@ def _include(legs: list[Leg], include: list[Leg], named: set[str]) -> None:
     does not contradict (judged by the product's values, never by one an earlier include
     added; those values stay as they are), else as a leg of its own."""
     product = [(leg, dict(leg)) for leg in legs]
-    if len(product) * len(include) > MAX_CHECKS:
+    if len(product) * _weight(include) > MAX_CHECKS:
         raise _too_many(
             f"{len(product):,} legs to weigh against {len(include):,} include entries "
             f"(over {MAX_CHECKS:,} comparisons)"
@@ -192,6 +192,21 @@ def _include(legs: list[Leg], include: list[Leg], named: set[str]) -> None:
             legs.append(dict(entry))
             if len(legs) > MAX_LEGS:
                 raise _too_many(f"more than {MAX_LEGS} legs with its include entries")
+
+
+def _weight(entries: list[Leg]) -> int:
+    """The values each leg is compared with (every leaf of every entry, at least one an
+    entry), counted only up to past :data:`MAX_CHECKS`: an entry may nest a large value, an
+    alias of one a thousand times, and :func:`matches` walks all of it for every leg."""
+    count, stack = 0, list(entries)
+    while stack and count <= MAX_CHECKS:
+        value = stack.pop()
+        inner = list(value.values()) if isinstance(value, dict) else value
+        if isinstance(inner, list) and inner:
+            stack += inner
+        else:
+            count += 1
+    return max(count, len(entries), 1)
 
 
 def _too_many(what: str) -> TooManyLegs:
