@@ -142,3 +142,61 @@ def test_a_matrix_too_large_to_weigh_is_refused(monkeypatch):
     with pytest.raises(InputError, match=r"50 legs to weigh against 3 include entries"):
         matrix.expand({**_axes(10, 5), "include": [{"x": 1}, {"x": 2}, {"x": 3}]})
     assert matrix.expand({**_axes(10, 10), "exclude": [{"a0": 0}]}) is not None  # 100 checks
+
+
+def test_include_and_exclude_entries_match_as_expressions_compare():
+    """actions/runner's MatrixBuilder turns each leaf of an entry into ``matrix[...] == value``:
+    strings case-blind, numbers coerced, null equal to '', keys case-blind, and a nested
+    mapping matched in part. Before, Python's ``==`` kept every leg below."""
+    cased = matrix.expand(
+        {"os": ["Ubuntu-Latest", "windows"], "exclude": [{"os": "ubuntu-latest"}]}
+    )
+    assert cased == [{"os": "windows"}]
+    # ChristopherHX/runner.server#95: 'a' by 'A', '' and null by null
+    empty = matrix.expand({"a": ["a", "b", "", None], "exclude": [{"A": "A"}, {"A": None}]})
+    assert empty == [{"a": "b"}]
+    nested = {"cfg": [{"py": 3, "cuda": 12}, {"py": 3, "cuda": 11}]}
+    assert matrix.expand({**nested, "exclude": [{"cfg": {"cuda": 11}}]}) == [
+        {"cfg": {"py": 3, "cuda": 12}}
+    ]
+    # an include entry fits the leg its axis value equals, and leaves that value as it was
+    assert matrix.expand(
+        {"os": ["linux"], "py": ["3.10"], "include": [{"OS": "Linux", "gpu": "a"}]}
+    ) == [{"os": "linux", "py": "3.10", "gpu": "a"}]
+    assert matrix.expand({"py": ["3.10"], "include": [{"py": 3.1, "tag": "x"}]}) == [
+        {"py": "3.10", "tag": "x"}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (
+            {"os": ["a"], "exclude": [{"build": False}]},
+            "Matrix exclude key 'build' does not match any key within the matrix",
+        ),
+        ({"os": ["a"], "exclude": [{}]}, "Matrix exclude filter must not be empty"),
+        ({"os": ["a"], "include": [{}]}, "Matrix include mapping does not contain any values"),
+    ],
+    ids=["exclude-key", "empty-exclude", "empty-include"],
+)
+def test_an_entry_githubs_matrix_builder_refuses_is_bad_input(body, said):
+    """actions/runner#2111: an exclude key that is no axis is refused (include entries are
+    added after exclude, so an exclude cannot name their keys); so is an empty entry. Before,
+    the plan expanded such a matrix as if the entry were not there."""
+    with pytest.raises(matrix.BadMatrix) as caught:
+        matrix.expand(body)
+    assert f'("{said}")' in caught.value.message, caught.value.message
+
+
+def test_an_entry_nesting_a_large_value_is_weighed_by_its_values():
+    """An exclude entry whose one key holds 100,000 values (an alias makes that cheap to write)
+    is compared leaf by leaf with each leg, as GitHub's filter does: counted as 100,000
+    comparisons a leg, so 256 legs are refused, not walked for minutes."""
+    big = {"cfg": [None] * 100_000}
+    with pytest.raises(InputError, match=r"256 combinations to weigh against 1 exclude entries"):
+        matrix.expand({**_axes(16, 16), "cfg": [{}], "exclude": [big]})
+    assert matrix.expand({"os": ["a", "b"], "exclude": [{"os": ["x"] * 3}]}) == [
+        {"os": "a"},
+        {"os": "b"},
+    ]

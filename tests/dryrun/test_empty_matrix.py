@@ -26,3 +26,10 @@ def test_a_matrix_with_no_axis_is_bad_input(tmp_path):
     steps = steps_of(dry_run(tmp_path, matrix_job(tmp_path, "{exclude: [{gpu: a}]}"), "--json"))
     assert [s["verdict"] for s in steps] == ["bad-input"]
     assert "at least one vector" in steps[0]["detail"]
+
+
+def test_an_exclude_key_that_is_no_axis_is_the_jobs_bad_input(tmp_path):
+    """actions/runner#2111: GitHub refuses it, where the plan ran every leg."""
+    proc = dry_run(tmp_path, matrix_job(tmp_path, "{gpu: [a, b], exclude: [{build: false}]}"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Matrix exclude key 'build' does not match any key within the matrix" in proc.stdout

@@ -73,7 +73,7 @@ def test_diffusers_pr_gpu_tests_wait_for_vars_and_secrets_until_given(tmp_path):
             (job, "2"): "ok",
             (job, "3"): "ok",
             (job, "4"): "not-evaluated",  # vars.HF_MIRROR || 'https://huggingface.co'
-            (job, "5"): "conditional/ok",  # if: secrets.DIFFUSERS_HF_HUB_READ_TOKEN != ''
+            (job, "5"): "conditional/ok",  # if: env.HF_READ_TOKEN != '' (a secret)
         }
     assert verdicts(body) == expected
 

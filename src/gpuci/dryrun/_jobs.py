@@ -32,6 +32,7 @@ from gpuci.dryrun._expressions import (
     opaque,
     to_number,
     to_text,
+    truth_of,
 )
 from gpuci.dryrun._workflow import load_local_workflow, own_workflow, trigger_mapping
 from gpuci.redact import clip
@@ -47,14 +48,17 @@ __all__ = [
     "find_callee",
     "inputs_context",
     "job_legs",
+    "job_result",
     "job_title",
     "merge_leg_outputs",
     "needs_order",
     "nothing_failed",
+    "own_needs",
     "plan_condition",
     "refusals",
     "skipped_context",
     "string_if",
+    "upstream_state",
     "worst_outcome",
 ]
 
@@ -66,15 +70,47 @@ class JobState:
     failed: bool | Unknown = False
     failure: str = ""  # which step, in words
     steps: dict[str, Any] = field(default_factory=dict)
+    # what failure() reads where it is not ``failed``: a job above was skipped, none failed
+    failing: bool | Unknown | None = None
 
     def status(self, name: str) -> bool | Unknown:
         if name == "always":
             return True
         if name == "cancelled":
             return False
+        if name == "failure" and self.failing is not None:
+            return self.failing
         if isinstance(self.failed, Unknown):
             return self.failed
         return self.failed if name == "failure" else not self.failed
+
+
+def upstream_state(
+    results: Mapping[str, Any], above: Mapping[str, Mapping[str, Any]]
+) -> tuple[JobState, dict[str, Any]]:
+    """A job's status functions from the results of every job above it (``results``: its
+    needs', ``above``: each need's own upstream), not only of those it needs: GitHub's
+    ``success()`` for a job is false when any ancestor failed or was skipped, though the
+    jobs it needs succeeded (actions/runner#2205), and ``failure()`` "returns true if any
+    ancestor job fails" (a skipped one is no failure). Also the results of them all, for the
+    jobs below it."""
+    upstream = dict(results)
+    for need in results:
+        for name, result in above.get(need, {}).items():
+            upstream.setdefault(name, result)
+    state = JobState()
+    failed = [n for n, r in upstream.items() if r in ("failure", "skipped")]
+    near, far = [n for n in failed if n in results], [n for n in failed if n not in results]
+    if failed:
+        words = [f"needs {', '.join(near)}"] if near else []
+        words += [f"ancestor {', '.join(far)}"] if far else []
+        state.failed, state.failure = True, " and ".join(words)
+        if "failure" not in (upstream[n] for n in failed):  # skipped only
+            unsure = next((n for n, r in upstream.items() if isinstance(r, Unknown)), "")
+            state.failing = Unknown(f"needs.{unsure}.result", path=False) if unsure else False
+    elif unsure := next((n for n, r in upstream.items() if isinstance(r, Unknown)), ""):
+        state.failed = Unknown(f"needs.{unsure}.result", path=False)
+    return state, upstream
 
 
 def nothing_failed(name: str) -> bool:
@@ -203,10 +239,23 @@ def worst_outcome(outcomes: list[Any]) -> Any:
     return "success"
 
 
+def job_result(job: Mapping[str, Any], ctx: Mapping[str, Any], outcome: Any) -> Any:
+    """A leg's result as the jobs that need it read it: a job with ``continue-on-error`` that
+    fails does not fail the run, and ``needs.<job>.result`` is ``success`` (actions/runner
+    #1161: the UI still shows it failed); unknown when only the run knows the setting."""
+    if outcome == "success" or "continue-on-error" not in job:
+        return outcome
+    tolerated = truth_of(evaluate_value(job["continue-on-error"], ctx, nothing_failed))
+    if tolerated is None:
+        return outcome if isinstance(outcome, Unknown) else Unknown("continue-on-error")
+    return "success" if tolerated else outcome
+
+
 def needs_order(jobs: Mapping[str, Any]) -> list[str]:
     """Job ids in an order where each comes after what it needs, file order otherwise: of the
     jobs ready together, the first in the file goes first. A need the workflow lacks is
-    ignored; jobs in a cycle (GitHub refuses the workflow) follow the rest, in file order.
+    ignored; jobs in a cycle follow the rest, in file order (the loader refuses both, as GitHub
+    does: ``_workflow._needs_refused``).
 
     Kahn's topological sort, by file position, in time linear in the jobs and their needs.
     """
@@ -231,6 +280,18 @@ def needs_order(jobs: Mapping[str, Any]) -> list[str]:
     order += [index for index in range(len(position)) if index not in placed]
     ids = list(position)
     return [ids[index] for index in order]
+
+
+def own_needs(jobs: Mapping[Any, Any]) -> dict[Any, Any]:
+    """The jobs with each ``needs:`` naming the jobs by their ids as ``jobs:`` writes them:
+    GitHub matches a need to a job case-blind (``needs: Build`` is the job ``build``)."""
+    ids = {str(name).casefold(): str(name) for name in jobs}
+    return {
+        name: {**job, "needs": [ids.get(n.casefold(), n) for n in job_needs(job)]}
+        if isinstance(job, dict) and "needs" in job
+        else job
+        for name, job in jobs.items()
+    }
 
 
 def _known_needs(job: Any, jobs: Mapping[str, Any]) -> set[str]:

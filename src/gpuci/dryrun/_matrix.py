@@ -1,16 +1,19 @@
 """A job's ``strategy.matrix``, expanded into its legs as GitHub Actions does.
 
 ``dry-run`` judges each leg: ``min-memory-gb: ${{ matrix.mem }}`` with legs 40 and 200 is two
-plans, and the 200 leg fails on an H200 as the runner's would. GitHub's rules: the product of
-the matrix's own keys; ``exclude`` removes every combination that matches all of an entry's
-keys; each ``include`` entry is added to every combination whose original values it does not
-contradict (it may set new keys, and overwrite keys an earlier include added), and becomes a
-combination of its own when it fits none. A matrix built by an expression (``fromJSON(...)``)
-can't be expanded here: :func:`expand` returns None and the caller says so. Past 256 legs
-GitHub refuses the run ("Strategy expansion exceeded 256 results"), and :func:`expand` raises
-:class:`TooManyLegs`, counting from the axes' lengths before it builds any leg. An axis with no
-values, or a matrix with neither axes nor ``include``, fails the job at "Evaluate strategy"
-("Matrix vector 'gpu' does not contain any values"): :func:`expand` raises :class:`BadMatrix`.
+plans, and the 200 leg fails on an H200 as the runner's would. GitHub's rules (actions/runner
+``MatrixBuilder``): the product of the matrix's own keys; ``exclude`` removes every combination
+that matches all of an entry's keys; each ``include`` entry is added to every combination whose
+original values it does not contradict (it may set new keys, and overwrite keys an earlier
+include added), and becomes a combination of its own when it fits none. An entry matches as
+an expression's ``==`` does, leaf by leaf (:func:`matches`). A matrix built by an expression
+(``fromJSON(...)``) can't be expanded here: :func:`expand` returns None and the caller says
+so. Past 256 legs GitHub refuses the run ("Strategy expansion exceeded 256 results"), and
+:func:`expand` raises :class:`TooManyLegs`, counting from the axes' lengths before it builds
+any leg. An axis with no values, or a matrix with neither axes nor ``include``, fails the job
+at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"), and an empty
+include or exclude entry, or an exclude key that is no axis, is refused too: :func:`expand`
+raises :class:`BadMatrix`.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import re
 from typing import Any
 
 from gpuci.dryrun._embedded import Span
-from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, to_text
+from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, equal, to_text
 from gpuci.errors import InputError
 
 _MATRIX_REF = re.compile(r"\$\{\{\s*matrix\.([A-Za-z_][\w-]*)\s*\}\}")
@@ -75,8 +78,10 @@ def expand(matrix: Any) -> list[Leg] | None:
     if any(not isinstance(entry, dict) for entry in include):
         return None
     _refuse_empty(axes, include)
-    legs = _combinations(axes, [e for e in exclude if isinstance(e, dict)])
-    _include(legs, include)
+    exclude = [e for e in exclude if isinstance(e, dict)]
+    _refuse_filters(axes, include, exclude)
+    legs = _combinations(axes, exclude)
+    _include(legs, include, {str(key).casefold() for key in axes})
     return legs or [{}]
 
 
@@ -98,6 +103,47 @@ def _refuse_empty(axes: dict[str, list[Any]], include: list[Leg]) -> None:
         )
 
 
+def _refuse_filters(axes: dict[str, list[Any]], include: list[Leg], exclude: list[Leg]) -> None:
+    """Raises BadMatrix for an include or exclude entry GitHub's matrix builder refuses: an
+    empty one, or an exclude key that is no axis (actions/runner#2111)."""
+    named = {str(key).casefold() for key in axes}
+    for what, entries in (("include", include), ("exclude", exclude)):
+        if any(not entry for entry in entries):
+            said = "mapping does not contain any values" if what == "include" else "filter"
+            raise BadMatrix(
+                f"strategy.matrix has an empty {what} entry: GitHub refuses it "
+                f'("Matrix {what} {said}{"" if what == "include" else " must not be empty"}")',
+                hint=f"give the {what} entry a key, or remove it",
+            )
+    for key in (k for entry in exclude for k in entry if str(k).casefold() not in named):
+        raise BadMatrix(
+            f"strategy.matrix exclude key '{_short(key)}' is no axis of the matrix: GitHub "
+            f"refuses it (\"Matrix exclude key '{_short(key)}' does not match any key within "
+            'the matrix")',
+            hint="exclude by the matrix's own keys (include entries are added after exclude)",
+        )
+
+
+def matches(value: Any, entry: Any) -> bool:
+    """Whether a leg (``value``) matches an include or exclude entry as GitHub's matrix builder
+    decides: each leaf of the entry ``==`` the leg's value at its path, as an expression
+    compares (strings case-blind, numbers coerced, null equal to ''; keys case-blind), so a
+    nested mapping or list matches in part."""
+    if isinstance(entry, dict):
+        return all(matches(_at(value, str(k)), v) for k, v in entry.items())
+    if isinstance(entry, list):
+        items = value if isinstance(value, list) else []
+        return all(matches(items[i] if i < len(items) else None, v) for i, v in enumerate(entry))
+    return equal(value, entry)
+
+
+def _at(value: Any, key: str) -> Any:
+    """``value[key]`` as an expression reads it: a mapping's key case-blind, else null."""
+    if not isinstance(value, dict):
+        return None
+    return next((v for k, v in value.items() if str(k).casefold() == key.casefold()), None)
+
+
 def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
     """The product of the axes less every combination an exclude entry matches (all its keys).
 
@@ -110,7 +156,7 @@ def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
     if size > MAX_LEGS and not exclude:
         lengths = " x ".join(str(len(values)) for values in axes.values())
         raise _too_many(f"{size:,} legs ({lengths} values)")
-    if size * max(1, len(exclude)) > MAX_CHECKS:
+    if size * _weight(exclude) > MAX_CHECKS:
         raise _too_many(
             f"{size:,} combinations to weigh against {len(exclude):,} exclude entries "
             f"(over {MAX_CHECKS:,} comparisons)"
@@ -118,19 +164,19 @@ def _combinations(axes: dict[str, list[Any]], exclude: list[Leg]) -> list[Leg]:
     kept: list[Leg] = []
     for combo in itertools.product(*axes.values()):
         leg = dict(zip(axes, combo, strict=True))
-        if not any(all(leg.get(k) == v for k, v in e.items()) for e in exclude):
+        if not any(matches(leg, e) for e in exclude):
             kept.append(leg)
             if len(kept) > MAX_LEGS:
                 raise _too_many(f"more than {MAX_LEGS} legs after its exclude entries")
     return kept
 
 
-def _include(legs: list[Leg], include: list[Leg]) -> None:
+def _include(legs: list[Leg], include: list[Leg], named: set[str]) -> None:
     """Put each include entry into ``legs``: into every combination whose original values it
     does not contradict (judged by the product's values, never by one an earlier include
-    added), else as a leg of its own."""
+    added; those values stay as they are), else as a leg of its own."""
     product = [(leg, dict(leg)) for leg in legs]
-    if len(product) * len(include) > MAX_CHECKS:
+    if len(product) * _weight(include) > MAX_CHECKS:
         raise _too_many(
             f"{len(product):,} legs to weigh against {len(include):,} include entries "
             f"(over {MAX_CHECKS:,} comparisons)"
@@ -138,13 +184,29 @@ def _include(legs: list[Leg], include: list[Leg]) -> None:
     for entry in include:
         fitted = False
         for leg, original in product:
-            if all(original[k] == v for k, v in entry.items() if k in original):
-                leg.update(entry)
+            axes = {k: v for k, v in entry.items() if str(k).casefold() in named}
+            if matches(original, axes):
+                leg.update({k: v for k, v in entry.items() if k not in axes})
                 fitted = True
         if not fitted:
             legs.append(dict(entry))
             if len(legs) > MAX_LEGS:
                 raise _too_many(f"more than {MAX_LEGS} legs with its include entries")
+
+
+def _weight(entries: list[Leg]) -> int:
+    """The values each leg is compared with (every leaf of every entry, at least one an
+    entry), counted only up to past :data:`MAX_CHECKS`: an entry may nest a large value, an
+    alias of one a thousand times, and :func:`matches` walks all of it for every leg."""
+    count, stack = 0, list(entries)
+    while stack and count <= MAX_CHECKS:
+        value = stack.pop()
+        inner = list(value.values()) if isinstance(value, dict) else value
+        if isinstance(inner, list) and inner:
+            stack += inner
+        else:
+            count += 1
+    return max(count, len(entries), 1)
 
 
 def _too_many(what: str) -> TooManyLegs:

@@ -38,14 +38,17 @@ from gpuci.dryrun._jobs import (
     inputs_context,
     job_legs,
     job_needs,
+    job_result,
     job_title,
     merge_leg_outputs,
     needs_order,
     nothing_failed,
+    own_needs,
     plan_condition,
     refusals,
     skipped_context,
     string_if,
+    upstream_state,
     worst_outcome,
 )
 from gpuci.dryrun._matrix import BadMatrix
@@ -89,6 +92,7 @@ class Planner:
     plans: list[StepPlan] = field(default_factory=list)
     outcomes: dict[str, Any] = field(default_factory=dict)  # job -> success|failure|skipped|?
     job_outputs: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> its outputs
+    upstream: dict[str, dict[str, Any]] = field(default_factory=dict)  # job -> all above it
     transcript: Transcript = field(default_factory=Transcript)  # the plan as a person reads it
     source: Path | None = None  # the workflow file: a call back to it is a cycle
     bounds: PlanBounds = field(default_factory=PlanBounds)  # how far the plan may walk
@@ -112,7 +116,7 @@ class Planner:
         depth: int = 0,
         secrets: Any = None,
     ) -> None:
-        jobs: dict[str, Any] = dict(workflow.get("jobs") or {})
+        jobs: dict[str, Any] = own_needs(workflow.get("jobs") or {})
         base = {**self.contexts, "inputs": self.contexts["inputs"] if inputs is None else inputs}
         if secrets is not None:
             base["secrets"] = secrets
@@ -146,47 +150,33 @@ class Planner:
                 for n, r in results.items()
             },
         }
-        state = JobState()
-        failed = [n for n, r in results.items() if r in ("failure", "skipped")]
-        if failed:
-            state.failed, state.failure = True, f"needs {', '.join(failed)}"
-        elif any(isinstance(r, Unknown) for r in results.values()):
-            unsure = next(n for n, r in results.items() if isinstance(r, Unknown))
-            state.failed = Unknown(f"needs.{unsure}.result", path=False)
+        above = {n: self.upstream.get(f"{prefix}{n}", {}) for n in results}
+        state, self.upstream[name] = upstream_state(results, above)
         cond, uses = job.get("if"), str(job.get("uses") or "")
         if warned := string_if(cond, self.bounds.file()):  # the job runs as GitHub reads it
             self.notes.append(f"job {name}: {warned}")
             self.transcript.hold(f"job {name}: warning: {warned}")  # under its heading
         held = plan_condition(cond, contexts, state.status)
-        forced = ""
         if held is False:
             if state.failed is True and plan_condition(cond, contexts, nothing_failed) is not False:
-                self._job_line(name, f"skipped: {state.failure} would fail or be skipped here")
-                self.outcomes[name] = "skipped"
-                forced = f"job skipped: {state.failure} would fail or be skipped here"
+                why = f"skipped: {state.failure} would fail or be skipped here"
             else:
                 values = cond_values(cond, contexts)
-                why = f"if: {cond_text(cond)}" + (f"; {values}" if values else "")
-                self._job_line(name, f"skipped ({why})")
-                self.outcomes[name] = "skipped"
-                self.job_outputs[name] = {}  # a skipped job's outputs are empty
-                self._list_skipped(name, job, f"job skipped ({why})")
-                self._refuse(refusals(self.bounds, self.workspace, uses, contexts, name, depth))
-                return
+                why = f"skipped (if: {cond_text(cond)}" + (f"; {values})" if values else ")")
+            self._job_line(name, why)
+            self.outcomes[name] = "skipped"
+            self.job_outputs[name] = {}  # a skipped job's outputs are empty
+            self._list_skipped(name, job, f"job {why}")
+            self._refuse(refusals(self.bounds, self.workspace, uses, contexts, name, depth))
+            return
         note = ""
         if isinstance(held, Unknown):
             note = f"conditional: job if: {cond_text(cond)} ({held.why} is known at run time)"
         try:
             if uses:
-                if forced:
-                    self._job_line(name, f"uses {uses}: {forced}")
-                    self.job_outputs[name] = {}
-                    self._refuse(refusals(self.bounds, self.workspace, uses, contexts, name, depth))
-                    return
                 self.outcomes[name] = self.calls(name, job, uses, contexts, note, depth)
                 return
-            outcome = self.legs(name, job, contexts, note, forced)
-            self.outcomes[name] = "skipped" if forced else outcome
+            self.outcomes[name] = self.legs(name, job, contexts, note)
         except BadMatrix as exc:
             self._bad_matrix(name, uses, exc)
 
@@ -238,11 +228,21 @@ class Planner:
             self._job_verdict(name, uses, uses, "bad-input", line)
 
     def _list_skipped(self, name: str, job: dict[str, Any], why: str) -> None:
+        """A skipped job's steps, listed not judged, under its own heading (a CI log group),
+        in the text as in the JSON (one plan each, :meth:`_add`), with the warnings on the
+        file, which hold whether it runs or not. GitHub skips it before it expands its
+        matrix: one job, its ``runs-on`` as written."""
         # a list of mappings, or none: load_workflow refuses ``steps: 1`` and ``steps: [1]``
-        for index, step in enumerate(job.get("steps") or [], start=1):
+        steps = job.get("steps") or []
+        if steps:
+            runs_on = runs_on_label(job.get("runs-on")) or "?"
+            self.transcript.heading(f"job {name} (runs-on: {runs_on})")
+            self.transcript.say(f"  {why}")
+        for index, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {name} step {index}")
-            warned = string_if(step.get("if"), self.bounds.file())  # the file's, run or not
-            self.plans.append(skipped_plan(name, index, step, why, "", warned))
+            cond = step.get("if")
+            shown = cond_text(cond) if cond is not None else ""
+            self._add(skipped_plan(name, index, step, why, shown), cond)
 
     def calls(
         self,
@@ -327,9 +327,7 @@ class Planner:
             called, {**ctx, "inputs": inputs, "jobs": jobs_ctx}, nothing_failed
         )
 
-    def legs(
-        self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str, forced: str
-    ) -> Any:
+    def legs(self, name: str, job: dict[str, Any], contexts: dict[str, Any], note: str) -> Any:
         """Plan every leg of the job's matrix; the job's outcome (failure if a leg fails)."""
         outcomes = []
         outputs: list[dict[str, Any]] = []
@@ -347,14 +345,18 @@ class Planner:
                 shown.append(UNRESOLVED_MATRIX)
             elif leg and len(leg) > 1:
                 shown.append(f"matrix: {matrix_label(leg)}")
-            for line in shown + notes + ([forced] if forced else []):
+            for line in shown + notes:
                 self.transcript.say(f"  {line}")
             state = JobState()
             first = len(self.plans)
-            self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", forced, 0, note)
+            self.steps(leg_name, leg_job.get("steps") or [], ctx, state, "", 0, note)
             for plan in self.plans[first:]:
                 plan.notes = notes + plan.notes
-            outcomes.append("failure" if state.failed is True else state.failed or "success")
+            outcome = "failure" if state.failed is True else state.failed or "success"
+            outcomes.append(job_result(leg_job, ctx, outcome))
+            if outcome != "success" and outcomes[-1] == "success":
+                short = name.rpartition("/")[2]
+                self.transcript.say(f"  continue-on-error: needs.{short}.result is success")
             if note:
                 outcomes[-1] = Unknown(f"{leg_name} is conditional")
             declared = mapping(leg_job.get("outputs"))
@@ -376,12 +378,11 @@ class Planner:
         contexts: dict[str, Any],
         state: JobState,
         prefix: str,
-        forced: str,
         depth: int,
         unsure: str = "",
     ) -> None:
-        """Plan each step; ``forced`` skips them all (why), ``unsure`` makes each one that
-        would run conditional (its job's ``if:`` is known only at run time)."""
+        """Plan each step; ``unsure`` makes each one that would run conditional (its job's
+        ``if:`` is known only at run time)."""
         steps = list(steps)  # mappings: the loaders refuse ``steps: 1`` and ``steps: [1]``
         for number, step in enumerate(steps, start=1):
             self.bounds.count(1, f"job {job} step {prefix}{number}")
@@ -394,10 +395,6 @@ class Planner:
             step = steps[number - 1] = titled(step, ctx)
             cond = step.get("if")
             shown = cond_text(cond) if cond is not None else ""
-            if forced:
-                self._add(skipped_plan(job, index, step, forced, shown), cond)
-                state.steps[step_id] = skipped_context()
-                continue
             held = plan_condition(cond, ctx, state.status)
             if held is False:
                 alive = plan_condition(cond, ctx, nothing_failed)
@@ -536,7 +533,7 @@ class Planner:
         first = len(self.plans)
         with self.bounds.inside(folder, plan.uses):
             steps = runs["steps"]  # a list of mappings: load_local_action refuses others
-            self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", "", depth + 1)
+            self.steps(plan.job, steps, inner_ctx, state, f"{plan.index}.", depth + 1)
         inner = self.plans[first:]
         del self.plans[first:]
         plan.verdict = worst_verdict(p.judged for p in inner if p.judged and p.verdict != "skipped")

@@ -141,12 +141,11 @@ def judge(plan: StepPlan, missing: list[Any]) -> None:
 
 
 def skipped_plan(
-    job: str, index: int | str, step: dict[str, Any], why: str, shown: str, warned: str = ""
+    job: str, index: int | str, step: dict[str, Any], why: str, shown: str
 ) -> StepPlan:
-    """A step that does not run (its job is skipped, or its if: is false): listed, not judged;
-    ``warned``: a warning on the file (a string ``if:``), which holds whether it runs or not."""
+    """A step that does not run (its job is skipped, or its if: is false): listed, not judged
+    (the planner adds the warnings on the file, which hold whether it runs or not)."""
     plan = StepPlan(job=job, index=index, name=step_name(step), condition=shown)
-    plan.warnings += [warned] if warned else []
     plan.uses, plan.verdict, plan.detail = str(step.get("uses") or ""), "skipped", why
     return plan
 

@@ -58,11 +58,118 @@ def load_workflow(path: Path) -> dict[str, Any]:
 
 def _steps_listed(path: Path, workflow: dict[str, Any], what: str) -> dict[str, Any]:
     """``workflow``, unless a job's ``steps:`` is no list of mappings (``steps: 1``, ``steps:
-    [1]``): GitHub fails such a workflow, where a plan read no steps or skipped the item."""
+    [1]``) or its ``needs:`` cannot all run: GitHub fails such a workflow, where a plan read no
+    steps, skipped the item or planned the job as conditional."""
     for name, job in workflow["jobs"].items():
         if isinstance(job, dict) and "steps" in job:
             _refuse_bad_steps(job["steps"], f"{what} {path} job '{excerpt(str(name), MAX_QUOTED)}'")
+    if refused := _needs_refused(workflow["jobs"]):
+        raise InputError(
+            f"{what} {path}: GitHub refuses it: {refused}",
+            hint="name in needs: only this workflow's own jobs, with no cycle among them",
+        )
+    if refused := _if_refused(workflow["jobs"]):
+        raise InputError(
+            f"{what} {path}: GitHub refuses it: {refused}",
+            hint="a job's if: reads github, inputs, vars and needs; a step's also strategy, "
+            "matrix, steps, job, runner and env (for a secret: set it in env: and test env.X)",
+        )
     return workflow
+
+
+# The contexts an ``if:`` may name (actions/runner workflow-v1.0.json, job-if and step-if):
+# any other, ``secrets`` in a step's, ``env`` or ``matrix`` in a job's, refuses the workflow.
+JOB_IF = frozenset({"github", "inputs", "vars", "needs"})
+STEP_IF = JOB_IF | {"strategy", "matrix", "steps", "job", "runner", "env"}
+
+
+def _if_refused(jobs: Mapping[Any, Any]) -> str:
+    """Why GitHub refuses an ``if:`` of a job or of its steps ('' when it does not): it names
+    a context that ``if:`` cannot read ("Unrecognized named-value"), found when the workflow
+    is read, whether the job or step would run or not."""
+    seen: set[tuple[str, frozenset[str]]] = set()  # an if: aliased a million times: read once
+    for name, job in jobs.items():
+        if not isinstance(job, dict):
+            continue
+        conditions = [(f"job '{_quoted(name)}'", job.get("if"), JOB_IF)]
+        for index, step in enumerate(job.get("steps") or [], start=1):
+            where = f"job '{_quoted(name)}' step {index}"
+            conditions.append((where, step.get("if") if isinstance(step, dict) else None, STEP_IF))
+        for where, cond, allowed in conditions:
+            if cond is None or (key := (str(cond), allowed)) in seen:
+                continue
+            seen.add(key)
+            bad = next((n for n in _named_values(cond) if n.casefold() not in allowed), None)
+            if bad is not None:
+                return f"{where} if: Unrecognized named-value: '{_quoted(bad)}'"
+    return ""
+
+
+def _named_values(cond: Any) -> list[str]:
+    """The contexts an ``if:`` names (``env`` of ``env.X``; no function, property or keyword);
+    none for one this plan cannot parse (left to the plan, which says so)."""
+    from gpuci.dryrun._expressions import (
+        KEYWORD_NUMBERS,
+        ExpressionError,
+        condition_expression,
+        tokenize,
+    )
+
+    if cond is None:
+        return []
+    try:
+        tokens = tokenize(condition_expression(cond))
+    except ExpressionError:
+        return []
+    keywords = {"true", "false", "null", *KEYWORD_NUMBERS}
+    return [
+        text
+        for at, (kind, text) in enumerate(tokens)
+        if kind == "name"
+        and text not in keywords
+        and (at == 0 or tokens[at - 1][1] != ".")
+        and (at + 1 == len(tokens) or tokens[at + 1][1] != "(")
+    ]
+
+
+def _needs_refused(jobs: Mapping[Any, Any]) -> str:
+    """Why GitHub's workflow parser refuses the jobs' ``needs:`` graph ('' when it does not),
+    in its words (actions/runner WorkflowTemplateConverter): no job free of needs, a need of
+    no job of the workflow, or a cycle. Job names compare case-blind, as there."""
+    from gpuci.dryrun._jobs import job_needs
+
+    needs = {str(name): [n.casefold() for n in job_needs(job)] for name, job in jobs.items()}
+    waiting = {name: len(named) for name, named in needs.items()}
+    needed_by: dict[str, list[str]] = {}
+    for name, named in needs.items():
+        for need in named:
+            needed_by.setdefault(need, []).append(name)
+    ready = [name for name, count in waiting.items() if count == 0]
+    if jobs and not ready:
+        return "The workflow must contain at least one job with no dependencies."
+    done: set[str] = set()
+    while ready:  # Kahn's walk: linear in the jobs and their needs
+        current = ready.pop().casefold()
+        done.add(current)
+        for after in needed_by.pop(current, []):
+            waiting[after] -= 1
+            if waiting[after] == 0:
+                ready.append(after)
+    known = {name.casefold() for name in needs}
+    for name, job in jobs.items():
+        stuck = waiting[str(name)] > 0
+        for need in (n for n in job_needs(job) if stuck and n.casefold() not in done):
+            if need.casefold() in known:
+                return (
+                    f"Job '{_quoted(name)}' depends on job '{_quoted(need)}' which creates a "
+                    "cycle in the dependency graph."
+                )
+            return f"Job '{_quoted(name)}' depends on unknown job '{_quoted(need)}'."
+    return ""
+
+
+def _quoted(name: Any) -> str:
+    return excerpt(str(name), MAX_QUOTED)
 
 
 def _refuse_bad_steps(steps: Any, where: str) -> None:
