@@ -307,7 +307,7 @@ def layer_env(
     GitHub evaluates one ``env:`` block within one expression budget (``MAX_TEXT`` characters,
     :mod:`gpuci.dryrun._expressions`): past it a value is left to the run, so values that each
     repeat a long one (``X1: x${{ env.BIG }}``, ``X2: ...``) cannot add up without end."""
-    merged = dict(env)
+    merged = Partial(env.name, env, env.open) if isinstance(env, Partial) else dict(env)
     size = 0
     if isinstance(scope, dict):
         for key, value in scope.items():
@@ -320,6 +320,15 @@ def layer_env(
     elif isinstance(scope, str) and EMBEDDED.search(scope):
         merged["*"] = Unknown("env (built at run time)", path=False)
     return merged
+
+
+def written_env(env: Mapping[str, str | Unknown]) -> Partial:
+    """``env`` once a step may have run: that step may have added names (``NAME=value`` into
+    ``$GITHUB_ENV``, an action's ``core.exportVariable``), so a name no ``env:`` block declares
+    is unknown, not empty, and an input taken from it is left to the run."""
+    if isinstance(env, Partial):
+        return env
+    return Partial("env", env)
 
 
 PLAN_FUNCTIONS: dict[str, Function] = {"hashfiles": hash_files}

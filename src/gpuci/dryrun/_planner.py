@@ -24,6 +24,7 @@ from gpuci.dryrun._contexts import (
     runner_context,
     runs_on_label,
     text_of,
+    written_env,
 )
 from gpuci.dryrun._expressions import Partial, Unknown, truth_of
 from gpuci.dryrun._jobs import (
@@ -415,6 +416,7 @@ class Planner:
                 continue
             plan = self.step(job, steps, number, index, ctx, env, depth)
             plan.condition = shown
+            contexts = {**contexts, "env": written_env(contexts["env"])}  # it may add names
             if isinstance(held, Unknown) or unsure:
                 mark_conditional(plan, held, shown or "success()")
             self._add(plan, cond)
