@@ -9,6 +9,7 @@ comment or MR note, only as inert Markdown: no HTML, links, mentions or referenc
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -441,6 +442,36 @@ def test_a_metrics_file_that_links_out_of_its_workspace_is_not_read(tmp_path):
     assert '"metrics_sha256": ""' in written
     proc = run_gate(workspace, workspace / "latest.json", *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_metrics_in_a_folder_linked_out_of_the_workspace_name_the_path_to_give(
+    tmp_path, monkeypatch
+):
+    """``outputs/`` a link to a scratch disk (a self-hosted runner's): the metrics file in it
+    is a link out of the workspace, refused as one to a secret would be. The line said only
+    that, of a file that is no link itself: it now names where it leads, the path to give
+    instead, and that path is read."""
+    from gpuci.errors import CheckFailed, InputError
+    from gpuci.training import _gate
+    from gpuci.training._metrics import load
+    from gpuci.training.options import GateInputs
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    write_json(scratch / "metrics.json", {"accuracy": 0.9})
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "outputs").symlink_to(scratch)
+    monkeypatch.chdir(workspace)
+    real = os.path.realpath(scratch / "metrics.json")
+    with pytest.raises(CheckFailed) as err:
+        load("outputs/metrics.json")
+    assert f"it is a link out of {os.getcwd()}, to {real}" in err.value.one_line()
+    assert f"name its real path, {real}" in (err.value.hint or "")
+    assert load(real) == {"accuracy": 0.9}
+    inp = GateInputs(metrics=real, baseline="outputs/metrics.json", min=["accuracy=0.5"])
+    with pytest.raises(InputError, match=f"baseline file .* to {re.escape(real)}"):
+        _gate.evaluate(inp, _gate.parse_all(inp))
 
 
 def test_a_log_of_lines_that_are_no_json_is_given_up_on_after_its_last_lines(tmp_path, monkeypatch):

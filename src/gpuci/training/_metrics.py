@@ -144,9 +144,16 @@ def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
         )
     target, why = in_workspace(path)
     if target is None:
+        # Where it leads: a folder of it may be the link (``outputs/`` on a scratch disk), and
+        # "its real path" was left for the reader to find.
+        try:
+            real = os.path.realpath(path)
+        except OSError:  # cannot be resolved: ``why`` says so
+            real = ""
         raise CheckFailed(
-            f"{what} file {path} is not usable metrics: it {why}",
-            hint="write the file itself there, or name its real path",
+            f"{what} file {path} is not usable metrics: it {why}"
+            + (f", to {real}" if real else ""),
+            hint=f"name its real path{f', {real},' if real else ''} or write the file itself there",
         )
     return Path(target)
 
