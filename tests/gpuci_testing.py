@@ -86,7 +86,8 @@ def wait_until(condition: Callable[[], object], timeout: float = 30, what: str =
 def outcome_in_thread(call: Callable[[], object], timeout: float = 60) -> list[object]:
     """``call()`` in a daemon thread, waited on for ``timeout`` s: ``[its value]`` or ``[what it
     raised]``, or ``[]`` while it still runs (an ``open`` of a FIFO waits for the other end
-    for ever: the caller opens that end to release it)."""
+    for ever: the caller opens that end to release it). A copy, taken at the timeout: a call
+    the caller then releases does not fill it in, so a hang never reads as its outcome."""
     got: list[object] = []
 
     def run() -> None:
@@ -95,10 +96,10 @@ def outcome_in_thread(call: Callable[[], object], timeout: float = 60) -> list[o
         except BaseException as exc:  # the test reads what came out (Interrupted is a Base...)
             got.append(exc)
 
-    worker = threading.Thread(target=run, daemon=True)
+    worker = threading.Thread(target=run, name="outcome-in-thread", daemon=True)
     worker.start()
     worker.join(timeout)
-    return got
+    return list(got)
 
 
 def run_python(

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,22 @@ def test_a_planted_temporary_is_replaced_never_written_through(tmp_path: Path) -
         os.close(os.open(files.incomplete_path(target), os.O_RDONLY | os.O_NONBLOCK))
     assert done == [hashlib.sha256(b"again").hexdigest()], done
     assert target.read_bytes() == b"again"
+
+
+def test_a_call_still_running_reads_as_still_running_after_its_release() -> None:
+    """What the FIFO tests read: a call still running at the timeout is ``[]``, and stays so
+    once the test releases it. The live list came back, so a writer released from its FIFO
+    appended its digest before the assert read it: a hang passed as a success."""
+    release, ended = threading.Event(), threading.Event()
+
+    def call() -> str:
+        release.wait(60)
+        return "done"
+
+    got = outcome_in_thread(call, timeout=0.01)
+    release.set()  # as the FIFO tests open the other end
+    for worker in threading.enumerate():
+        if worker.name == "outcome-in-thread":
+            worker.join(60)
+            ended.set()
+    assert ended.is_set() and got == [], got

@@ -229,12 +229,13 @@ def mapping(obj: dict[str, Any], name: str) -> dict[str, str]:
     return {k: v for k, v in value.items() if isinstance(v, str)}
 
 
-def open_regular(path: Path, *, follow: bool = True) -> BinaryIO:
-    """``path`` opened for reading when it is a regular file (:func:`gpuci.files.open_regular`:
-    never waiting on a FIFO a PR planted as its metrics file), else :class:`Unusable`; unless
-    ``follow``, never through a link. OSError passes through for the caller to name."""
+def open_regular(path: Path, *, follow: bool = True, dir_fd: int | None = None) -> BinaryIO:
+    """``path`` (in the folder ``dir_fd``, if given) opened for reading when it is a regular
+    file (:func:`gpuci.files.open_regular`: never waiting on a FIFO a PR planted as its metrics
+    file), else :class:`Unusable`; unless ``follow``, never through a link. OSError passes
+    through for the caller to name."""
     try:
-        return os.fdopen(files.open_regular(path, follow=follow), "rb")
+        return os.fdopen(files.open_regular(path, follow=follow, dir_fd=dir_fd), "rb")
     except files.NotRegular:
         raise Unusable("it is not a regular file") from None
     except OSError as exc:

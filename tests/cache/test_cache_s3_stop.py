@@ -129,6 +129,35 @@ def test_a_retry_wait_begun_under_a_superseded_flag_ends_when_the_store_is_stopp
     assert len(handler.requests) == 1, handler.requests
 
 
+def test_a_second_ctrl_c_in_the_stop_still_ends_the_retry_waits(monkeypatch):
+    """A second Ctrl-C landing in ``Stop.set`` while it ends the requests in flight (the
+    watchdog's fire): the retry waits were woken only after that, so they slept out their
+    backoff (up to 20 s) with the flag set. They are woken whatever the fire raises."""
+    from gpuci.cache._stores.s3 import transport
+    from gpuci_testing import wait_until
+
+    monkeypatch.setattr(RetryPolicy, "backoff", lambda _self, _attempt, _rand=None: HELD)
+    handler = _handler(_SlowDown)
+    with LoopbackHTTPServer(handler) as server:
+        store = _store(server.port)
+        stop = store.stop_flag()
+        thread, raised = _in_thread(lambda: store.get("refs/default/k"))
+        waiting = store.pool.woken._waiters  # the retry wait, once it has begun
+        wait_until(lambda: waiting, what="the retry's wait")
+
+        def interrupted(_owner: object) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(transport.WATCHDOG, "fire", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            stop.set()
+        thread.join(30)  # a guard against a hang, not a timing: the wait is HELD seconds
+        asleep = thread.is_alive()
+    assert not asleep, "the retry wait slept out its backoff with the flag set"
+    assert len(raised) == 1 and isinstance(raised[0], Interrupted), raised
+    assert len(handler.requests) == 1, handler.requests
+
+
 def test_a_fresh_flag_lets_the_store_work_again():
     handler = _handler(_SlowDown)
     with LoopbackHTTPServer(handler) as server:

@@ -9,6 +9,7 @@ comment or MR note, only as inert Markdown: no HTML, links, mentions or referenc
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -398,7 +399,7 @@ def test_a_metrics_file_swapped_once_read_is_hashed_as_judged(tmp_path, monkeypa
 
         def opened(named, swap=swap, swapped=swapped, **kwargs):
             handle = real_open(named, **kwargs)
-            if Path(named) == path and not swapped:
+            if Path(named).name == path.name and not swapped:  # opened in its folder
                 swapped.append(swap() or True)
             return handle
 
@@ -441,6 +442,88 @@ def test_a_metrics_file_that_links_out_of_its_workspace_is_not_read(tmp_path):
     assert '"metrics_sha256": ""' in written
     proc = run_gate(workspace, workspace / "latest.json", *flags)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_metrics_in_a_folder_linked_out_of_the_workspace_name_the_path_to_give(
+    tmp_path, monkeypatch
+):
+    """``outputs/`` a link to a scratch disk (a self-hosted runner's): the metrics file in it
+    is a link out of the workspace, refused as one to a secret would be. The line said only
+    that, of a file that is no link itself: it now names where it leads, the path to give
+    instead, and that path is read."""
+    from gpuci.errors import CheckFailed, InputError
+    from gpuci.training import _gate
+    from gpuci.training._metrics import load
+    from gpuci.training.options import GateInputs
+
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    write_json(scratch / "metrics.json", {"accuracy": 0.9})
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    (workspace / "outputs").symlink_to(scratch)
+    monkeypatch.chdir(workspace)
+    real = os.path.realpath(scratch / "metrics.json")
+    with pytest.raises(CheckFailed) as err:
+        load("outputs/metrics.json")
+    assert f"it is a link out of {os.getcwd()}, to {real}" in err.value.one_line()
+    assert f"name its real path, {real}" in (err.value.hint or "")
+    assert load(real) == {"accuracy": 0.9}
+    inp = GateInputs(metrics=real, baseline="outputs/metrics.json", min=["accuracy=0.5"])
+    with pytest.raises(InputError, match=f"baseline file .* to {re.escape(real)}"):
+        _gate.evaluate(inp, _gate.parse_all(inp))
+
+
+@pytest.mark.parametrize("swapped", ["file", "folder"])
+def test_a_link_swapped_in_after_the_workspace_check_is_not_followed(
+    tmp_path, monkeypatch, swapped
+):
+    """A process the training left behind swaps ``outputs/metrics.json`` (or ``outputs/``)
+    for a link to a JSON of the runner's credentials once it was found inside the workspace:
+    the open followed it, and the gate judged (provenance recorded) the secret's values. The
+    path resolved is opened never through a link."""
+    from gpuci.errors import CheckFailed
+    from gpuci.training import _metrics
+
+    secret = tmp_path / "home" / "metrics.json"
+    secret.parent.mkdir()
+    secret.write_text('{"accuracy": 0.9, "refresh_token": "s3cr3t-value"}')
+    workspace = tmp_path / "ws"
+    (workspace / "outputs").mkdir(parents=True)
+    write_json(workspace / "outputs" / "metrics.json", {"accuracy": 0.5})
+    monkeypatch.chdir(workspace)
+    real_check = _metrics.in_workspace
+
+    def check_then_swap(named):
+        found = real_check(named)
+        if swapped == "file":
+            (workspace / "outputs" / "metrics.json").unlink()
+            (workspace / "outputs" / "metrics.json").symlink_to(secret)
+        else:
+            (workspace / "outputs").rename(workspace / "was")
+            (workspace / "outputs").symlink_to(secret.parent)
+        return found
+
+    monkeypatch.setattr(_metrics, "in_workspace", check_then_swap)
+    with pytest.raises(CheckFailed) as err:
+        _metrics.load_hashed("outputs/metrics.json")
+    assert "link" in err.value.one_line() and "s3cr3t" not in err.value.one_line()
+
+
+def test_metrics_under_a_folder_that_cannot_be_listed_are_still_read(tmp_path, monkeypatch):
+    """A folder on the way that is searchable, not readable (a home of mode 0711): the walk
+    down by descriptors cannot open it, so the file is opened by its path, never through a
+    link at its end, as before."""
+    from gpuci import files
+    from gpuci.training._metrics import load
+
+    write_json(tmp_path / "metrics.json", {"accuracy": 0.9})
+
+    def unreadable(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files, "open_below", unreadable)
+    assert load(tmp_path / "metrics.json") == {"accuracy": 0.9}
 
 
 def test_a_log_of_lines_that_are_no_json_is_given_up_on_after_its_last_lines(tmp_path, monkeypatch):

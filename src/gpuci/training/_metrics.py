@@ -16,9 +16,9 @@ import os
 import sys
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-from gpuci import untrusted_json
+from gpuci import files, untrusted_json
 from gpuci.errors import CheckFailed, InputError
 from gpuci.redact import clip
 from gpuci.training._artifacts import in_workspace
@@ -103,7 +103,7 @@ def _read(path: Path, is_log: bool) -> tuple[str, str]:
     then), and only its last :data:`untrusted_json.MAX_BYTES` kept, from its first whole line.
     """
     limit = untrusted_json.MAX_BYTES
-    with untrusted_json.open_regular(path) as handle:
+    with _open_resolved(path) as handle:
         if not is_log:
             data = handle.read(limit + 1)
             if len(data) > limit:
@@ -127,6 +127,24 @@ def _read(path: Path, is_log: bool) -> tuple[str, str]:
     return data.decode("utf-8", errors="replace"), hasher.hexdigest()
 
 
+def _open_resolved(target: Path) -> BinaryIO:
+    """``target``, a path resolved inside its workspace, opened going down from ``/`` never
+    through a link: one swapped in since (for the file or a folder of it) by a process the
+    training left behind was followed, to a secret of the runner's."""
+    try:
+        folder = files.open_below(Path(target.anchor), target.parts[1:-1])
+    except files.Blocked as exc:
+        if exc.link:
+            raise untrusted_json.Unusable("a link was swapped in on its path") from None
+        raise
+    except PermissionError:  # a folder on the way only searchable (0711): by path, as before
+        return untrusted_json.open_regular(target, follow=False)
+    try:
+        return untrusted_json.open_regular(Path(target.name), follow=False, dir_fd=folder)
+    finally:
+        os.close(folder)
+
+
 def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
     """Where to read ``path``: itself resolved, inside its workspace; None when it is absent
     and ``missing_ok``. The training wrote it, and may have made it a link to a secret of the
@@ -144,9 +162,16 @@ def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
         )
     target, why = in_workspace(path)
     if target is None:
+        # Where it leads: a folder of it may be the link (``outputs/`` on a scratch disk), and
+        # "its real path" was left for the reader to find.
+        try:
+            real = os.path.realpath(path)
+        except OSError:  # cannot be resolved: ``why`` says so
+            real = ""
         raise CheckFailed(
-            f"{what} file {path} is not usable metrics: it {why}",
-            hint="write the file itself there, or name its real path",
+            f"{what} file {path} is not usable metrics: it {why}"
+            + (f", to {real}" if real else ""),
+            hint=f"name its real path{f', {real},' if real else ''} or write the file itself there",
         )
     return Path(target)
 

@@ -44,10 +44,12 @@ class Transient(RunPodError):
 
 
 class Unanswered(Transient):
-    """A reused (kept-alive) connection lost before any answer came: the server had closed it
-    as idle while the request was on its way, so it never saw that request. Retried at once,
-    with no backoff (RunPod is not unhealthy); a create's retry still looks for its pod first,
-    and an action's refused retry reads the pod (a close after it acted looks the same)."""
+    """A reused (kept-alive) connection lost before any answer came: most often the server had
+    closed it as idle while the request was on its way, so it never saw that request. Retried
+    at once, with no backoff (RunPod is not unhealthy). A request the server did act on before
+    the connection dropped (a front end reset mid-request) reads the same, and is retried as
+    any transport failure is: a create's retry looks for its pod by name first, and an
+    action's refused retry reads the pod."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retry_after=0.0)

@@ -56,10 +56,12 @@ class Stop(threading.Event):
 
     def set(self) -> None:
         super().set()
-        if self._pool.stop is self:
-            WATCHDOG.fire(self._pool)
-        with self._pool.woken:  # the retry waits of this flag, and of earlier ones
-            self._pool.woken.notify_all()
+        try:
+            if self._pool.stop is self:
+                WATCHDOG.fire(self._pool)
+        finally:  # a second Ctrl-C landing in the fire: the waits are still woken
+            with self._pool.woken:  # the retry waits of this flag, and of earlier ones
+                self._pool.woken.notify_all()
 
 
 class StopWait:
