@@ -250,3 +250,41 @@ def test_a_walk_over_more_names_than_the_cap_is_one_line(tmp_path, monkeypatch):
         f"{ckpt}/model.safetensors",
         f"{ckpt}/run/shard.safetensors",
     ]
+
+
+def swap_for_link(path: Path, to: Path) -> None:
+    """What a process the training left behind does once ``path`` was checked: the file or
+    folder moved aside, a link to ``to`` (a secret of the runner's) in its place."""
+    path.rename(path.with_name(path.name + ".was"))
+    path.symlink_to(to)
+
+
+@pytest.mark.parametrize("swapped", ["file", "folder"])
+def test_a_metrics_file_swapped_for_a_link_after_the_check_is_not_hashed(
+    tmp_path, monkeypatch, swapped
+):
+    """Metrics that will not load are still hashed for the record. A process the training
+    left behind swaps ``outputs/m.json`` (or ``outputs/``) for a link to a secret once found
+    inside the workspace: the hash opened by path, followed it, and the record held the
+    secret's sha256. It is opened as the gate's read is, never through a link."""
+    secret = tmp_path / "home" / "m.json"
+    secret.parent.mkdir()
+    secret.write_text("refresh_token=s3cr3t-value\n")
+    metrics = tmp_path / "ws" / "outputs" / "m.json"
+    metrics.parent.mkdir(parents=True)
+    metrics.write_text("no metrics\n")
+    real_check = provenance.in_workspace
+
+    def check_then_swap(named):
+        found = real_check(named)
+        if swapped == "file":
+            swap_for_link(metrics, secret)
+        else:
+            swap_for_link(metrics.parent, secret.parent)
+        return found
+
+    monkeypatch.setattr(provenance, "in_workspace", check_then_swap)
+    warnings: list[str] = []
+    record = provenance._metrics(str(metrics), warnings)
+    assert record is not None and record["sha256"] == "", record
+    assert any(f"metrics file {metrics} not hashed" in w for w in warnings), warnings

@@ -21,8 +21,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from gpuci import files, globs
+from gpuci import files, globs, untrusted_json
 from gpuci.errors import CheckFailed, InputError
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "digest",
     "find_artifacts",
     "in_workspace",
+    "open_resolved",
 ]
 
 MAX_ARTIFACT_FILES = 100_000  # far more files than a model is saved as; a walk stops past it
@@ -130,6 +132,24 @@ def in_workspace(named: Path) -> tuple[str | None, str]:
     if os.path.commonpath([workspace, target]) == workspace:
         return target, ""
     return None, f"is a link out of {workspace}"
+
+
+def open_resolved(target: Path) -> BinaryIO:
+    """``target``, a path resolved inside its workspace, opened going down from ``/`` never
+    through a link: one swapped in since (for the file or a folder of it) by a process the
+    training left behind was followed, to a secret of the runner's."""
+    try:
+        folder = files.open_below(Path(target.anchor), target.parts[1:-1])
+    except files.Blocked as exc:
+        if exc.link:
+            raise untrusted_json.Unusable("a link was swapped in on its path") from None
+        raise
+    except PermissionError:  # a folder on the way only searchable (0711): by path, as before
+        return untrusted_json.open_regular(target, follow=False)
+    try:
+        return untrusted_json.open_regular(Path(target.name), follow=False, dir_fd=folder)
+    finally:
+        os.close(folder)
 
 
 def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> dict[str, _Found]:

@@ -16,12 +16,12 @@ import os
 import sys
 from collections import deque
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-from gpuci import files, untrusted_json
+from gpuci import untrusted_json
 from gpuci.errors import CheckFailed, InputError
 from gpuci.redact import clip
-from gpuci.training._artifacts import in_workspace
+from gpuci.training._artifacts import in_workspace, open_resolved
 from gpuci.units import cap_text
 
 Metrics = dict[str, Any]
@@ -103,7 +103,7 @@ def _read(path: Path, is_log: bool) -> tuple[str, str]:
     then), and only its last :data:`untrusted_json.MAX_BYTES` kept, from its first whole line.
     """
     limit = untrusted_json.MAX_BYTES
-    with _open_resolved(path) as handle:
+    with open_resolved(path) as handle:
         if not is_log:
             data = handle.read(limit + 1)
             if len(data) > limit:
@@ -125,24 +125,6 @@ def _read(path: Path, is_log: bool) -> tuple[str, str]:
         cut = data.find(b"\n")
         data = data[cut + 1 :] if cut >= 0 else b""
     return data.decode("utf-8", errors="replace"), hasher.hexdigest()
-
-
-def _open_resolved(target: Path) -> BinaryIO:
-    """``target``, a path resolved inside its workspace, opened going down from ``/`` never
-    through a link: one swapped in since (for the file or a folder of it) by a process the
-    training left behind was followed, to a secret of the runner's."""
-    try:
-        folder = files.open_below(Path(target.anchor), target.parts[1:-1])
-    except files.Blocked as exc:
-        if exc.link:
-            raise untrusted_json.Unusable("a link was swapped in on its path") from None
-        raise
-    except PermissionError:  # a folder on the way only searchable (0711): by path, as before
-        return untrusted_json.open_regular(target, follow=False)
-    try:
-        return untrusted_json.open_regular(Path(target.name), follow=False, dir_fd=folder)
-    finally:
-        os.close(folder)
 
 
 def _found(path: Path, what: str, missing_ok: bool) -> Path | None:
