@@ -288,3 +288,40 @@ def test_a_metrics_file_swapped_for_a_link_after_the_check_is_not_hashed(
     record = provenance._metrics(str(metrics), warnings)
     assert record is not None and record["sha256"] == "", record
     assert any(f"metrics file {metrics} not hashed" in w for w in warnings), warnings
+
+
+@pytest.mark.parametrize("named", ["file", "walked"])
+def test_an_artifact_swapped_for_a_link_after_the_check_is_not_hashed(tmp_path, monkeypatch, named):
+    """``ckpt/run/shard.safetensors`` named as given (or found walking ``ckpt``): a process the
+    training left behind swaps ``ckpt/run`` for a link to a folder of the runner's secrets once
+    checked inside the workspace (walked): the hash opened the path, followed the link, and the
+    record held a secret's sha256 and size. Each artifact is opened never through a link."""
+    ckpt = checkpoint(tmp_path)
+    secrets = tmp_path / "home"
+    secrets.mkdir()
+    (secrets / "shard.safetensors").write_bytes(b"s3cr3t-value")
+    if named == "file":
+        real_check = artifacts.in_workspace
+
+        def check_then_swap(path):
+            found = real_check(path)
+            swap_for_link(ckpt / "run", secrets)
+            return found
+
+        monkeypatch.setattr(artifacts, "in_workspace", check_then_swap)
+        pattern = f"{ckpt}/run/shard.safetensors"
+    else:
+        real_walk = artifacts._walk
+
+        def walk_then_swap(*args):
+            found = real_walk(*args)
+            swap_for_link(ckpt / "run", secrets)
+            return found
+
+        monkeypatch.setattr(artifacts, "_walk", walk_then_swap)
+        pattern = str(ckpt)
+    with pytest.raises(InputError) as caught:
+        artifacts.find_artifacts([pattern])
+    assert str(caught.value) == (
+        f"cannot read the artifact {ckpt}/run/shard.safetensors: a link was swapped in on its path"
+    )

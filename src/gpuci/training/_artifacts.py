@@ -10,10 +10,10 @@ and not hashed. What a pattern names itself (the folder it starts at, a file nam
 resolved once and must stay in its workspace (the current folder, or for a path outside it the
 folder that holds it): the training may have made ``ckpt`` a link to ``~`` or ``model.pt`` one
 to ``/proc/self/pagemap``; the same warning then, and for a link that cannot be
-resolved (``/proc/1/cwd``: EACCES). Each file is opened by
-:func:`gpuci.files.open_regular` and hashed by :func:`gpuci.files.hash_fd` up to its size (a
-file that reads on past it is refused); one that cannot be read is one line naming it
-(InputError).
+resolved (``/proc/1/cwd``: EACCES). Each file is opened by its resolved path going down from
+``/`` by descriptors (:func:`open_resolved`: a file or folder swapped for a link since it was
+found is not followed) and hashed by :func:`gpuci.files.hash_fd` up to its size (a file that
+reads on past it is refused); one that cannot be read is one line naming it (InputError).
 """
 
 from __future__ import annotations
@@ -52,8 +52,9 @@ class Artifact:
 
 @dataclass(frozen=True)
 class _Found:
-    """What is opened to read an artifact: a file found where it is, or the resolved target of
-    a link that stays inside (never opened through a link)."""
+    """What is opened to read an artifact: the resolved path of a file found where it is, or
+    of the target of a link that stays inside; opened by :func:`open_resolved`, so never
+    through a link swapped in since it was found."""
 
     opened: Path
 
@@ -137,7 +138,8 @@ def in_workspace(named: Path) -> tuple[str | None, str]:
 def open_resolved(target: Path) -> BinaryIO:
     """``target``, a path resolved inside its workspace, opened going down from ``/`` never
     through a link: one swapped in since (for the file or a folder of it) by a process the
-    training left behind was followed, to a secret of the runner's."""
+    training left behind was followed, to a secret of the runner's. The one way training/
+    opens what the PR's training wrote: metrics, baseline, their hash, the artifacts."""
     try:
         folder = files.open_below(Path(target.anchor), target.parts[1:-1])
     except files.Blocked as exc:
@@ -175,7 +177,7 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
                 relative = (*here, entry.name)
                 if taken[here] or globs.matches(rest or [], relative, dot_files=False):
                     path = base.joinpath(*relative)
-                    item = _file(entry, path, root, skipped)
+                    item = _file(entry, path, Path(root, *relative), root, skipped)
                     if item is not None:
                         found[path.as_posix()] = item
                 if len(found) > room:
@@ -194,11 +196,14 @@ def _walk(base: Path, rest: list[str] | None, room: int, skipped: list[str]) -> 
     return found
 
 
-def _file(entry: os.DirEntry[str], path: Path, root: str, skipped: list[str]) -> _Found | None:
-    """A regular file, or a link to one inside ``root``; else None (a FIFO, a device, a
-    folder link: its files are walked where they are), with a warning for a link out."""
+def _file(
+    entry: os.DirEntry[str], path: Path, resolved: Path, root: str, skipped: list[str]
+) -> _Found | None:
+    """A regular file (at ``resolved``: ``path`` below ``root``, the walk's resolved top), or a
+    link to one inside ``root``; else None (a FIFO, a device, a folder link: its files are
+    walked where they are), with a warning for a link out."""
     if entry.is_file(follow_symlinks=False):
-        return _Found(path)
+        return _Found(resolved)
     if not entry.is_symlink():
         return None
     target = _resolved(path, path, skipped)
@@ -240,27 +245,27 @@ def _artifact(name: str, item: _Found, hash_files: bool) -> Artifact:
     try:
         if not hash_files:
             return Artifact(name, os.stat(item.opened, follow_symlinks=False).st_size)
-        sha256, size = digest(item.opened, follow=False)
-    except OSError as exc:
+        sha256, size = digest(item.opened)
+    except (OSError, untrusted_json.Unusable) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
         raise InputError(
-            f"cannot read the artifact {name}: {exc.strerror or exc}",
+            f"cannot read the artifact {name}: {why}",
             hint="make it a readable regular file, or leave it out of artifacts",
         ) from None
     return Artifact(name, size, sha256)
 
 
-def digest(path: Path, *, follow: bool = True) -> tuple[str, int]:
-    """The sha256 (hex) and size of the regular file at ``path``: opened by
-    :func:`gpuci.files.open_regular` (a FIFO is refused, never waited on; a link only when
-    ``follow``), read by :func:`gpuci.files.hash_fd` up to the size it states.
+def digest(target: Path) -> tuple[str, int]:
+    """The sha256 (hex) and size of the regular file at ``target``, a path resolved inside its
+    workspace: opened by :func:`open_resolved` (never through a link; a FIFO refused, never
+    waited on), read by :func:`gpuci.files.hash_fd` up to the size it states.
 
     Raises:
-        OSError: it cannot be opened or read, is no regular file, or reads on past its size
-            (``/proc/self/pagemap`` states 0 bytes and reads on for hundreds of GiB).
+        OSError: it cannot be opened or read, or reads on past its size (``/proc/self/pagemap``
+            states 0 bytes and reads on for hundreds of GiB).
+        untrusted_json.Unusable: it is no regular file, or a link was swapped in on its path.
     """
-    fd = files.open_regular(path, follow=follow)
-    try:
+    with open_resolved(target) as handle:
+        fd = handle.fileno()
         hasher, size = files.hash_fd(fd, size=os.fstat(fd).st_size)
-    finally:
-        os.close(fd)
     return hasher.hexdigest(), size

@@ -19,14 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpuci import files, journal, untrusted_child, untrusted_json
+from gpuci import journal, untrusted_child, untrusted_json
 from gpuci.cache import _layout as layout
 from gpuci.errors import CheckFailed, GpuciError, InputError
 from gpuci.files import json_bytes, write_file
 from gpuci.markdown import Code
 from gpuci.runtime import OutputValue, Result, Runtime, markdown_table
 from gpuci.training import _ci as ci
-from gpuci.training._artifacts import Artifact, find_artifacts, in_workspace, open_resolved
+from gpuci.training._artifacts import Artifact, digest, find_artifacts, in_workspace
 from gpuci.training._intoto import BUILD_TYPE, PREDICATE_TYPE, STATEMENT_TYPE, statement
 from gpuci.training._rules import gate_passed
 from gpuci.training.options import ProvenanceInputs
@@ -145,9 +145,7 @@ def _metrics(
     target, link_out = in_workspace(path)  # a file that is no metrics is still hashed, unless so
     try:
         if not sha256 and target:  # opened as the gate reads it: a link swapped in since is not
-            with open_resolved(Path(target)) as handle:
-                fd = handle.fileno()
-                sha256 = files.hash_fd(fd, size=os.fstat(fd).st_size)[0].hexdigest()
+            sha256 = digest(Path(target))[0]
     except OSError as exc:
         warnings.append(f"metrics file {path} not hashed: {exc.strerror or exc}")
     except untrusted_json.Unusable as exc:
