@@ -284,7 +284,7 @@ def test_text_is_a_number_as_dotnet_8_reads_it(expr: str, expected: bool) -> Non
 def test_a_yaml_number_is_text_as_the_runner_makes_it(value: object, text: str) -> None:
     """``env: {CUDA: 12.0}``: the runner's NumberToken is a double printed with G15, so the
     step's env holds ``12``; the plan had Python's ``12.0`` (and compared that)."""
-    from gpuci.dryrun._contexts import text_of
+    from gpuci.dryrun._values import text_of
 
     assert text_of(value) == text
 

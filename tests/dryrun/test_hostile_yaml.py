@@ -143,7 +143,7 @@ def test_an_integer_python_cannot_read_is_refused_in_one_line(tmp_path):
 def test_minus_zero_is_text_as_githubs_double_makes_it(tmp_path):
     """GitHub reads ``-0`` as a double (MatchInteger: Double.TryParse), -0, whose text (G15,
     .NET 8) is ``-0``: ``env: {SHIFT: -0}`` sets SHIFT=-0, where the plan's integer said 0."""
-    from gpuci.dryrun._contexts import text_of
+    from gpuci.dryrun._values import text_of
 
     path = write(tmp_path, "on: push\nx: [-0, -000, !!int -0, 0, +0, -0.0]\n" + JOB)
     assert [text_of(v) for v in load_workflow(path)["x"]] == ["-0", "-0", "-0", "0", "0", "-0"]

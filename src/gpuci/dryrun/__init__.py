@@ -84,7 +84,7 @@ def run(inp: DryRunInputs, rt: Runtime) -> Result:
 def _dispatch_defaults(workflow: dict[str, Any]) -> dict[str, str]:
     """A dispatch's inputs as ``github.event.inputs`` holds them with the form untouched: each
     declared default as text (an input without one is empty)."""
-    from gpuci.dryrun._contexts import text_of
+    from gpuci.dryrun._values import text_of
 
     declared = trigger_mapping(workflow, "workflow_dispatch", "inputs") or {}
     return {

@@ -35,7 +35,7 @@ from gpuci.dryrun._expressions import (
     interpolate,
 )
 from gpuci.dryrun._hash_files import hash_files
-from gpuci.dryrun._values import number_text
+from gpuci.dryrun._values import text_of
 from gpuci.dryrun._workflow import local_target, triggers
 from gpuci.errors import InputError
 from gpuci.untrusted_child import git
@@ -256,16 +256,6 @@ def base_contexts(github: Partial) -> dict[str, Any]:
         "secrets": Unknown("secrets"),
         "vars": Unknown("vars"),
     }
-
-
-def text_of(value: Any) -> str:
-    """A YAML scalar as the runner reads it (``true`` for a YAML boolean, a number as its
-    NumberToken prints a double: ``12.0`` is ``12``)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return number_text(value)
-    return "" if value is None else str(value)
 
 
 def evaluate_text(text: str, contexts: Mapping[str, Any], status: Status) -> str | Unknown:

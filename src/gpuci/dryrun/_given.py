@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuci import settings, untrusted_json
-from gpuci.dryrun._contexts import text_of
 from gpuci.dryrun._expressions import Partial, Unknown, opaque
+from gpuci.dryrun._values import text_of
 from gpuci.dryrun._workflow import MAX_FILE_BYTES
 from gpuci.errors import InputError
 from gpuci.untrusted_yaml import fold

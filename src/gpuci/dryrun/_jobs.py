@@ -14,12 +14,7 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.dryrun._bounds import Loaded, PlanBounds
-from gpuci.dryrun._contexts import (
-    PLAN_FUNCTIONS,
-    evaluate_text,
-    evaluate_value,
-    text_of,
-)
+from gpuci.dryrun._contexts import PLAN_FUNCTIONS, evaluate_text, evaluate_value
 from gpuci.dryrun._embedded import OPEN, unclosed
 from gpuci.dryrun._expressions import (
     EMBEDDED,
@@ -34,7 +29,13 @@ from gpuci.dryrun._expressions import (
     to_text,
     truth_of,
 )
-from gpuci.dryrun._workflow import load_local_workflow, own_workflow, trigger_mapping
+from gpuci.dryrun._values import text_of
+from gpuci.dryrun._workflow import (
+    job_needs,
+    load_local_workflow,
+    own_workflow,
+    trigger_mapping,
+)
 from gpuci.redact import clip
 
 __all__ = [
@@ -297,14 +298,6 @@ def own_needs(jobs: Mapping[Any, Any]) -> dict[Any, Any]:
 def _known_needs(job: Any, jobs: Mapping[str, Any]) -> set[str]:
     """The jobs of this workflow that ``job`` needs (``needs:`` a name or a list of them)."""
     return {n for n in job_needs(job) if n in jobs}
-
-
-def job_needs(job: Any) -> list[str]:
-    """``needs:`` as names: one name or a list of them (a YAML number read as its text); a
-    shape GitHub refuses (a mapping, a list in the list) names nothing."""
-    needs = job.get("needs") if isinstance(job, dict) else None
-    items = needs if isinstance(needs, list) else [] if needs is None else [needs]
-    return [text_of(n) for n in items if isinstance(n, str | int | float | bool)]
 
 
 def inputs_context(

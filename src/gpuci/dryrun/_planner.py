@@ -23,7 +23,6 @@ from gpuci.dryrun._contexts import (
     layer_env,
     runner_context,
     runs_on_label,
-    text_of,
     written_env,
 )
 from gpuci.dryrun._expressions import Partial, Unknown, truth_of
@@ -38,7 +37,6 @@ from gpuci.dryrun._jobs import (
     find_callee,
     inputs_context,
     job_legs,
-    job_needs,
     job_result,
     job_title,
     merge_leg_outputs,
@@ -69,9 +67,11 @@ from gpuci.dryrun._steps import (
     titled,
     worst_verdict,
 )
+from gpuci.dryrun._values import text_of
 from gpuci.dryrun._workflow import (
     calls_for,
     classify_uses,
+    job_needs,
     load_local_action,
     mapping,
     trigger_mapping,

@@ -13,9 +13,10 @@ from typing import Any
 
 from gpuci import settings
 from gpuci.dryrun._calls import RUNPOD_KEY, network_needed, plan_command, verdict
-from gpuci.dryrun._contexts import evaluate_text, text_of
+from gpuci.dryrun._contexts import evaluate_text
 from gpuci.dryrun._expressions import EMBEDDED, Partial, Unknown
 from gpuci.dryrun._jobs import JobState
+from gpuci.dryrun._values import text_of
 from gpuci.dryrun._workflow import Call
 from gpuci.runtime import Result, Runtime, format_output
 

@@ -216,3 +216,13 @@ def walk(value: Any) -> tuple[Unknown | None, int]:
         elif isinstance(item, list):
             stack.extend(reversed(item))
     return None, size
+
+
+def text_of(value: Any) -> str:
+    """A YAML scalar as the runner reads it (``true`` for a YAML boolean, a number as its
+    NumberToken prints a double: ``12.0`` is ``12``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return number_text(value)
+    return "" if value is None else str(value)

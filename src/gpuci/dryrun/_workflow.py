@@ -10,6 +10,7 @@ from typing import Any
 from gpuci import untrusted_json
 from gpuci.commands import Command, command_for_action
 from gpuci.dryrun._embedded import NOT_CLOSED, unclosed
+from gpuci.dryrun._values import text_of
 from gpuci.errors import InputError
 from gpuci.redact import clip, excerpt
 
@@ -132,12 +133,18 @@ def _named_values(cond: Any) -> list[str]:
     ]
 
 
+def job_needs(job: Any) -> list[str]:
+    """``needs:`` as names: one name or a list of them (a YAML number read as its text); a
+    shape GitHub refuses (a mapping, a list in the list) names nothing."""
+    needs = job.get("needs") if isinstance(job, dict) else None
+    items = needs if isinstance(needs, list) else [] if needs is None else [needs]
+    return [text_of(n) for n in items if isinstance(n, str | int | float | bool)]
+
+
 def _needs_refused(jobs: Mapping[Any, Any]) -> str:
     """Why GitHub's workflow parser refuses the jobs' ``needs:`` graph ('' when it does not),
     in its words (actions/runner WorkflowTemplateConverter): no job free of needs, a need of
     no job of the workflow, or a cycle. Job names compare case-blind, as there."""
-    from gpuci.dryrun._jobs import job_needs
-
     needs = {str(name): [n.casefold() for n in job_needs(job)] for name, job in jobs.items()}
     waiting = {name: len(named) for name, named in needs.items()}
     needed_by: dict[str, list[str]] = {}
