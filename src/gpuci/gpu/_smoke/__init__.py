@@ -30,14 +30,13 @@ from gpuci.gpu._smoke.checks import (
     Budget,
     Outcome,
     Planned,
-    run_check,
 )
 from gpuci.gpu._smoke.health import LoadSampler, XidListener
 from gpuci.gpu._smoke.health_judge import health_checks, watch
 from gpuci.gpu._smoke.load import Sizes, Target
 from gpuci.gpu._smoke.plan import Plan, dry_run, params, plan_load, render_plan
 from gpuci.gpu._smoke.report import COMMAND, SCHEMA, Smoke, judge, render, report_path
-from gpuci.gpu._smoke.schedule import Watchdog, run_plan
+from gpuci.gpu._smoke.schedule import Watchdog, run_plan, watched_check
 from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SmokeInputs
@@ -403,12 +402,12 @@ def _run_checks(
         run_plan(plan, budget, record, watchdog=watchdog)
     _record_no_load(load, checks, watched, record)
     if "dcgm" in checks:
-        record(run_check(_dcgm_check(inp, sizes, watched), budget))
+        record(watched_check(_dcgm_check(inp, sizes, watched), budget, watchdog))
     if sampler is not None:
         sampler.stop()
     if "health" in checks and xids is not None:
         for item in health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
-            record(run_check(item, budget))
+            record(watched_check(item, budget, watchdog))  # a stuck NVML read ends the run
         if xids.error:
             notes.append(f"XID listening stopped early: {xids.error}")
 
