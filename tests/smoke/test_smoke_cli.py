@@ -217,6 +217,20 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+HUNG_START = """
+import sys, threading
+from functools import partial
+from gpuci.gpu._smoke import command, schedule, smoke
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
+class HungInit(NumpyBackend):
+    def device_count(self):
+        threading.Event().wait()  # cuInit (or the import) never returns
+command.smoke = partial(smoke, backend=HungInit())
+schedule.GRACE_SECONDS = 0.0
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
 HUNG_HEALTH = """
 import sys, threading
 from functools import partial
@@ -289,3 +303,18 @@ def test_an_nvml_read_that_never_returns_after_the_load_ends_the_smoke_naming_it
     assert body["outputs"]["failed-checks"] == "gpu0:health"
     assert "did not return within 0s" in body["headline"]
     assert "NVML read that never completes" in body["headline"]
+
+
+def test_a_framework_that_never_finishes_starting_ends_the_smoke_by_its_budget(tmp_path):
+    """The framework's import, CUDA's init and the device query ran before the watchdog: a
+    stuck cuInit held the step past its budget for ever, saying nothing. Now it fails
+    ``context`` at the deadline, as the environment's fault (no quarantine: an import from a
+    stuck filesystem hangs the same way)."""
+    code, body = hung_smoke(tmp_path, "--on-failure", "quarantine", script=HUNG_START)
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "context"
+    assert "numpy never finished starting" in body["headline"]
+    said = " ".join(a["message"] for a in body["annotations"])
+    assert "runner not quarantined" in said and "quarantined:" not in said.replace(
+        "not quarantined:", ""
+    )
