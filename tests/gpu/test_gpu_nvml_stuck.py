@@ -44,6 +44,10 @@ class _Stuck(FakeNvml):
         self._wait("nvmlDeviceGetName")
         return super().nvmlDeviceGetName(handle)
 
+    def nvmlEventSetWait_v2(self, event_set: Any, timeout_ms: int) -> Any:
+        self._wait("nvmlEventSetWait_v2")
+        return super().nvmlEventSetWait_v2(event_set, timeout_ms)
+
     def nvmlShutdown(self) -> None:
         self.shutdowns += 1
         super().nvmlShutdown()
@@ -79,3 +83,17 @@ def test_a_timeout_that_is_no_number_is_bad_input(released):
 
     with pytest.raises(InputError, match="GPUCI_NVML_TIMEOUT"):
         read_snapshot({"GPUCI_NVML_TIMEOUT": "soon"}, _Stuck("nvmlInit", released))
+
+
+def test_an_xid_wait_stuck_in_the_driver_is_left_behind_not_waited_on(released, tmp_path):
+    """The XID listener's thread stuck in NVML's event wait: stopping it then drained the
+    event set from the run's own thread (the same stuck wait) and freed it, and the step hung
+    past its budget saying nothing. Now the stuck wait is left to the process's end (the
+    session is never shut down behind it), and one warning says XIDs were not heard."""
+    fake = _Stuck("nvmlEventSetWait_v2", released)
+    rt = Runtime({**FAST, "GPUCI_JOURNAL": str(tmp_path / "j.jsonl")}, stdout=io.StringIO())
+    result = smoke(values(tmp_path, checks=["health"]), rt, nvml=fake)
+    assert not released.is_set()  # returned while the wait was still stuck
+    said = " ".join(a.message for a in result.annotations)
+    assert "NVML's XID event wait did not return" in said, said
+    assert fake.shutdowns == 0
