@@ -251,6 +251,14 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+HUNG_XID_SET_UP = HUNG_HEALTH.replace(
+    "def nvmlDeviceGetViolationStatus(self, handle, policy):",
+    "def nvmlDeviceRegisterEvents(self, handle, types, event_set):\n"
+    "        threading.Event().wait()  # the driver never answers\n"
+    "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
+)
+
+
 def hung_smoke(
     tmp_path: Path, *more: str, script: str = HUNG_GEMM, checks: str = "context,gemm,memory,health"
 ) -> tuple[int, dict]:
@@ -318,3 +326,12 @@ def test_a_framework_that_never_finishes_starting_ends_the_smoke_by_its_budget(t
     assert "runner not quarantined" in said and "quarantined:" not in said.replace(
         "not quarantined:", ""
     )
+
+
+def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp_path):
+    """The XID event set is made on the run's own thread before the load: a driver that
+    never answers held the step there past its budget. Now it is watched: health fails."""
+    code, body = hung_smoke(tmp_path, script=HUNG_XID_SET_UP, checks="health")
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "health"
+    assert "hung in the GPU or its driver" in body["headline"]

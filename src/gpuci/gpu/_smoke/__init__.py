@@ -297,12 +297,12 @@ def _run(
         if any(c in LOAD_CHECKS for c in checks):  # import, CUDA's init, the device query
             with watchdog.running(_STARTING, _starting_hung(load.framework)):
                 _prepare_load(load, inp, session, snapshot, notes, info)
-        if load.skip:
-            notes.append(load.skip)
-        targets = sorted({t.nvml_index for t in load.targets if t.nvml_index is not None})
-        watched = targets or watched
+        watched = (
+            sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or watched
+        )
         # Health before: the snapshot's read; then XIDs and clock events for the run's length.
-        xids, sampler = watch(session, checks, watched, load.targets, sizes, notes)
+        with watchdog.running(_WATCHING):  # NVML's event set, made on this thread
+            xids, sampler = watch(session, checks, watched, load.targets, sizes, notes)
         group = rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}")
         with group:
             _run_checks(inp, session, snapshot, checks, load, sizes, budget, watched,
@@ -334,6 +334,8 @@ def _scope_notes(
 
 # The framework starting (``import torch``, CUDA's init, the device query): not yet a check.
 _STARTING = Planned("context", None, {}, lambda: 0.0, lambda ctx: {})
+# The XID event set and the clock sampler being set up: the health checks' first NVML calls.
+_WATCHING = Planned("health", None, {}, lambda: 0.0, lambda ctx: {})
 
 
 def _starting_hung(framework: str) -> str:
@@ -376,6 +378,7 @@ def _prepare_load(
             load.skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
         else:
             load.skip = "neither torch nor cupy is installed: health checks only, no load"
+        notes.append(load.skip)  # a warning: the smoke tested less than asked
         return
     started = time.perf_counter()
     try:
