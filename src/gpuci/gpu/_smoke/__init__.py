@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -426,8 +427,11 @@ def _run_checks(
     _record_no_load(load, checks, watched, record)
     if "dcgm" in checks:
         record(watched_check(_dcgm_check(inp, sizes, watched), budget, watchdog))
-    if sampler is not None:
-        sampler.stop()
+    if sampler is not None:  # its last read is on this thread: watched
+        with watchdog.running(_WATCHING) if watchdog else nullcontext():
+            if not sampler.stop():  # a read stuck on its thread: never shut NVML down behind it
+                session.abandon()
+                notes.append("clock sampling stuck in an NVML read: its samples end there")
     if "health" in checks and xids is not None:
         for item in health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
             record(watched_check(item, budget, watchdog))  # a stuck NVML read ends the run

@@ -171,10 +171,15 @@ class LoadSampler:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop sampling; False when a read is stuck in NVML (left to the process's end, and
+        no last read made behind it)."""
         self._stop.set()
         self._thread.join(timeout=self.interval_s * 4 + 1)
+        if self._thread.is_alive():
+            return False
         self.sample()  # one last read, so a short load still has a sample
+        return True
 
 
 def throttle_share(percent: float | None) -> float:
