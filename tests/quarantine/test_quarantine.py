@@ -605,3 +605,22 @@ def test_the_bus_ids_of_a_stuck_nvml_are_left_out_not_waited_for(monkeypatch):
         assert quarantine._bus_ids({"GPUCI_NVML_TIMEOUT": "0.05"}) == {}
     finally:
         released.set()
+
+
+@pytest.mark.parametrize("planted", ["another runner", "no runner"])
+def test_a_runner_file_a_job_planted_does_not_let_a_bad_runner_escape(tmp_path, api, planted):
+    """``.runner`` lies in the runner's root, which a PR's job on it can write: one naming
+    another runner's id (or none at all) made the lookup answer "no such runner", and the
+    failing runner stayed in service. The name (``RUNNER_NAME``, the runner's own) decides
+    then: the file names another runner, so it is not this one's."""
+    this = api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
+    other = api.state.add("gpu-other", "/repos/octo/gpu", ["gpu-large"])
+    agent = other.id if planted == "another runner" else 999_999
+    files = _runner_root(tmp_path, agent, f"{api.base}/octo/gpu")
+    proc = quarantine_smoke(
+        tmp_path, api, BAD_GPU, "gpu-large", **gh(api, RUNNER_NAME="gpu-node", **files)
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpu-large" not in this.names() and "gpuci-quarantined" in this.names()
+    assert other.names()[-1] == "gpu-large"  # the healthy runner keeps its label
+    assert not [ln for ln in lines(proc, "::warning") if "quarantin" in ln]

@@ -217,13 +217,58 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def hung_smoke(tmp_path: Path, *more: str) -> tuple[int, dict]:
-    """gpu-smoke (the CLI) on one GPU whose GEMM never returns: exit code, --json body."""
+HUNG_START = """
+import sys, threading
+from functools import partial
+from gpuci.gpu._smoke import command, schedule, smoke
+from gpuci.gpu._smoke.backends.numpy_backend import NumpyBackend
+class HungInit(NumpyBackend):
+    def device_count(self):
+        threading.Event().wait()  # cuInit (or the import) never returns
+command.smoke = partial(smoke, backend=HungInit())
+schedule.GRACE_SECONDS = 0.0
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+HUNG_HEALTH = """
+import sys, threading
+from functools import partial
+from gpuci.gpu._nvml_abi import VIOLATION_POLICIES
+from gpuci.gpu._smoke import command, schedule, smoke
+from gpuci.gpu.fake.nvml import FakeNvml
+class StuckAfterTheLoad(FakeNvml):
+    reads = 0
+    def nvmlDeviceGetViolationStatus(self, handle, policy):
+        StuckAfterTheLoad.reads += 1
+        if StuckAfterTheLoad.reads > len(VIOLATION_POLICIES):  # the read after the load
+            threading.Event().wait()  # the GPU fell off under the load: NVML never answers
+        return super().nvmlDeviceGetViolationStatus(handle, policy)
+command.smoke = partial(smoke, nvml=StuckAfterTheLoad(["h200"]))
+schedule.GRACE_SECONDS = 0.0
+from gpuci.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+HUNG_XID_SET_UP = HUNG_HEALTH.replace(
+    "def nvmlDeviceGetViolationStatus(self, handle, policy):",
+    "def nvmlDeviceRegisterEvents(self, handle, types, event_set):\n"
+    "        threading.Event().wait()  # the driver never answers\n"
+    "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
+)
+
+
+def hung_smoke(
+    tmp_path: Path, *more: str, script: str = HUNG_GEMM, checks: str = "context,gemm,memory,health"
+) -> tuple[int, dict]:
+    """gpu-smoke (the CLI) on one GPU whose GEMM (or ``script``'s hang) never returns: exit
+    code, --json body."""
     environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
+    args = ["gpu-smoke", "--json", "--checks", checks,
             "--budget-seconds", "5", "--report", str(tmp_path / "r.json"), *more]  # fmt: skip
     # timeout: a guard only; the watchdog ends the process at the deadline
-    proc = run_python("-c", HUNG_GEMM, *args, env=environ, cwd=tmp_path, timeout=120)
+    proc = run_python("-c", script, *args, env=environ, cwd=tmp_path, timeout=120)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -255,3 +300,38 @@ def test_a_hang_is_recorded_in_the_health_store_before_the_process_ends(tmp_path
     assert code == 1 and body["outputs"]["failed-checks"] == "gpu0:gemm"
     (verdict,) = [json.loads(p.read_text()) for p in store.rglob("*.json")]
     assert verdict["passed"] is False, verdict
+
+
+def test_an_nvml_read_that_never_returns_after_the_load_ends_the_smoke_naming_it(tmp_path):
+    """Health after the load reads NVML on the run's own thread: a GPU lost under the load
+    held that read, and the step, past its budget for ever (the watchdog watched only the
+    load). Now the read is watched too: the health check fails as hung, exit 1."""
+    code, body = hung_smoke(tmp_path, script=HUNG_HEALTH, checks="health")
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "gpu0:health"
+    assert "did not return within 0s" in body["headline"]
+    assert "NVML read that never completes" in body["headline"]
+
+
+def test_a_framework_that_never_finishes_starting_ends_the_smoke_by_its_budget(tmp_path):
+    """The framework's import, CUDA's init and the device query ran before the watchdog: a
+    stuck cuInit held the step past its budget for ever, saying nothing. Now it fails
+    ``context`` at the deadline, as the environment's fault (no quarantine: an import from a
+    stuck filesystem hangs the same way)."""
+    code, body = hung_smoke(tmp_path, "--on-failure", "quarantine", script=HUNG_START)
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "context"
+    assert "numpy never finished starting" in body["headline"]
+    said = " ".join(a["message"] for a in body["annotations"])
+    assert "runner not quarantined" in said and "quarantined:" not in said.replace(
+        "not quarantined:", ""
+    )
+
+
+def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp_path):
+    """The XID event set is made on the run's own thread before the load: a driver that
+    never answers held the step there past its budget. Now it is watched: health fails."""
+    code, body = hung_smoke(tmp_path, script=HUNG_XID_SET_UP, checks="health")
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "health"
+    assert "hung in the GPU or its driver" in body["headline"]

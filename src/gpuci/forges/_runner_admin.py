@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import quote
 
 from gpuci import settings
-from gpuci.errors import InfraError, InputError
+from gpuci.errors import GpuciError, InfraError, InputError
 from gpuci.forges import _github as gh
 from gpuci.forges._gitlab import GitLabApi
 from gpuci.forges._rest import ApiClient, Gone
@@ -99,12 +99,19 @@ class GitHubRunnerLabels(gh.GitHubReader):
         enterprise: str = "",
     ) -> Runner | None:
         """This runner by its exact identity: the id and scope from its own ``.runner`` file
-        when known; else by name in the repository's list, its organisation's and, when
-        ``enterprise`` (a slug) is given, the enterprise's, refusing (:class:`Ambiguous`) when
-        more than one of them holds a runner of that name."""
+        when known and that runner has this name; else by name in the repository's list, its
+        organisation's and, when ``enterprise`` (a slug) is given, the enterprise's, refusing
+        (:class:`Ambiguous`) when more than one of them holds a runner of that name."""
         if identity is not None:
-            found = self.by_id(identity.runner_id, identity.base)
-            return found if found is not None and found.name == name else None
+            try:
+                found = self.by_id(identity.runner_id, identity.base)
+            except GpuciError:  # a scope the token may not read: the file names it, not we
+                found = None
+            if found is not None and found.name == name:
+                return found
+            # The file names another runner, or none: the runner's root is a folder every job
+            # on it can write, so the name (the runner's own RUNNER_NAME) decides, as without
+            # a file; a bad runner must not stay in service because a job planted a file.
         owner = repository.partition("/")[0]
         scopes = [(f"/repos/{repository}", repository)]
         scopes.append((f"/orgs/{quote(owner, safe='')}", f"the organisation {owner}"))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,14 +31,13 @@ from gpuci.gpu._smoke.checks import (
     Budget,
     Outcome,
     Planned,
-    run_check,
 )
 from gpuci.gpu._smoke.health import LoadSampler, XidListener
 from gpuci.gpu._smoke.health_judge import health_checks, watch
 from gpuci.gpu._smoke.load import Sizes, Target
 from gpuci.gpu._smoke.plan import Plan, dry_run, params, plan_load, render_plan
 from gpuci.gpu._smoke.report import COMMAND, SCHEMA, Smoke, judge, render, report_path
-from gpuci.gpu._smoke.schedule import Watchdog, run_plan
+from gpuci.gpu._smoke.schedule import Watchdog, run_plan, watched_check
 from gpuci.gpu._smoke.targets import match_targets
 from gpuci.gpu._visible import Visibility, job_view
 from gpuci.gpu.options import SmokeInputs
@@ -276,34 +276,39 @@ def _run(
     info: dict[str, Any] = {}  # report-only facts
     _scope_notes(host, visibility, notes, info)
     load = _Load(backend, framework)
-    if any(c in LOAD_CHECKS for c in checks):
-        _prepare_load(load, inp, session, snapshot, notes, info)
-    if load.skip:
-        notes.append(load.skip)
-    watched = sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or [
-        g.index for g in gpus
-    ]
-    names = {g.index: g.name for g in gpus if g.index in watched}
-    # Health before: the snapshot's read; then XIDs and clock events for the run's length.
-    xids, sampler = watch(session, checks, watched, load.targets, sizes, notes)
+    watched = [g.index for g in gpus]
     record = _recorder(rt, outcomes)
-    group = rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}")
+    group: Any = None  # the log section, once the framework has started
 
     def finish(ended: list[Outcome]) -> int:
-        """The load hung: report it now, the step's way (the process ends after this)."""
+        """A check hung: report it now, the step's way (the process ends after this)."""
         for outcome in ended:
             record(outcome)
-        group.__exit__(None, None, None)  # the log section ends here: this thread ends the run
+        if group is not None:  # the log section ends here: this thread ends the run
+            group.__exit__(None, None, None)
         notes.append("a check hung: the smoke ended there, health after the load not read")
+        names = {g.index: g.name for g in gpus if g.index in watched}
         done = judge(inp, rt, snapshot, list(outcomes), notes, info, load.framework,
                      load.backend, budget, names)  # fmt: skip
         result = render(done)
         return rt.render(after_hang(result) if after_hang is not None else result)
 
     # A hang is reported by the watchdog's thread, which ends the process; this one waits.
-    with group, Watchdog(budget, finish) as watchdog:
-        _run_checks(inp, session, snapshot, checks, load, sizes, budget, watched,
-                    (xids, sampler), record, notes, watchdog)  # fmt: skip
+    with Watchdog(budget, finish) as watchdog:
+        if any(c in LOAD_CHECKS for c in checks):  # import, CUDA's init, the device query
+            with watchdog.running(_STARTING, _starting_hung(load.framework)):
+                _prepare_load(load, inp, session, snapshot, notes, info)
+        watched = (
+            sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or watched
+        )
+        # Health before: the snapshot's read; then XIDs and clock events for the run's length.
+        with watchdog.running(_WATCHING):  # NVML's event set, made on this thread
+            xids, sampler = watch(session, checks, watched, load.targets, sizes, notes)
+        group = rt.group(f"gpu-smoke: {len(watched)} GPU(s), framework {load.framework}")
+        with group:
+            _run_checks(inp, session, snapshot, checks, load, sizes, budget, watched,
+                        (xids, sampler), record, notes, watchdog)  # fmt: skip
+    names = {g.index: g.name for g in gpus if g.index in watched}
     environment = _environment_problem(
         outcomes, load.broken, load.framework, load.built_cuda, snapshot, rt.environ
     )
@@ -326,6 +331,23 @@ def _scope_notes(
     if visibility is not None and visibility.restricted:
         notes += list(visibility.notes)
         info["visibility"] = visibility.to_dict()
+
+
+# The framework starting (``import torch``, CUDA's init, the device query): not yet a check.
+_STARTING = Planned("context", None, {}, lambda: 0.0, lambda ctx: {})
+# The XID event set and the clock sampler being set up: the health checks' first NVML calls.
+_WATCHING = Planned("health", None, {}, lambda: 0.0, lambda ctx: {})
+
+
+def _starting_hung(framework: str) -> str:
+    """Why a framework that never finished starting fails ``context``: not judged a GPU
+    fault (:data:`ENVIRONMENT_REASON`; no quarantine), as an import from a stuck filesystem
+    hangs the same way as a driver's init."""
+    return (
+        f"{ENVIRONMENT_REASON} {framework} never finished starting (its import, CUDA's "
+        "init or the device query hung: a stuck driver or GPU, or a stuck filesystem); "
+        "check nvidia-smi and dmesg on this node"
+    )
 
 
 @dataclass
@@ -357,6 +379,7 @@ def _prepare_load(
             load.skip = "fake NVML (GPUCI_FAKE_NVML): no real GPU to load; health checks only"
         else:
             load.skip = "neither torch nor cupy is installed: health checks only, no load"
+        notes.append(load.skip)  # a warning: the smoke tested less than asked
         return
     started = time.perf_counter()
     try:
@@ -403,12 +426,15 @@ def _run_checks(
         run_plan(plan, budget, record, watchdog=watchdog)
     _record_no_load(load, checks, watched, record)
     if "dcgm" in checks:
-        record(run_check(_dcgm_check(inp, sizes, watched), budget))
-    if sampler is not None:
-        sampler.stop()
+        record(watched_check(_dcgm_check(inp, sizes, watched), budget, watchdog))
+    if sampler is not None:  # its last read is on this thread: watched
+        with watchdog.running(_WATCHING) if watchdog else nullcontext():
+            if not sampler.stop():  # a read stuck on its thread: never shut NVML down behind it
+                session.abandon()
+                notes.append("clock sampling stuck in an NVML read: its samples end there")
     if "health" in checks and xids is not None:
         for item in health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
-            record(run_check(item, budget))
+            record(watched_check(item, budget, watchdog))  # a stuck NVML read ends the run
         if xids.error:
             notes.append(f"XID listening stopped early: {xids.error}")
 

@@ -71,6 +71,7 @@ class XidListener:
 
     def __init__(self, session: NvmlSession, indices: Iterable[int], poll_s: float = 0.2) -> None:
         self.events: list[XidEvent] = []
+        self._session = session
         self._watch = session.watch_xid(list(indices))
         self.setup_error = self._watch.error  # the event set failed: nothing is watched
         self.error: str | None = None
@@ -96,10 +97,19 @@ class XidListener:
                 self.events.append(event)
 
     def stop(self) -> list[XidEvent]:
-        """Stop listening, after draining anything already queued."""
+        """Stop listening, after draining anything already queued; a wait stuck in NVML is
+        left to the process's end (draining or freeing the set behind it would wait too)."""
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout=self._poll * 5 + 1)
+            wait = self._poll * 5 + 1
+            self._thread.join(timeout=wait)
+            if self._thread.is_alive():
+                self.error = self.error or (
+                    f"NVML's XID event wait did not return within {wait:g}s (a stuck driver): "
+                    "XIDs after that were not heard"
+                )
+                self._session.abandon()  # shutting NVML down would wait behind it as well
+                return self.events
         if self.watched and self.error is None:
             while (event := self._watch.wait(0)) is not None:
                 self.events.append(event)
@@ -161,10 +171,15 @@ class LoadSampler:
         while not self._stop.wait(self.interval_s):
             self.sample()
 
-    def stop(self) -> None:
+    def stop(self) -> bool:
+        """Stop sampling; False when a read is stuck in NVML (left to the process's end, and
+        no last read made behind it)."""
         self._stop.set()
         self._thread.join(timeout=self.interval_s * 4 + 1)
+        if self._thread.is_alive():
+            return False
         self.sample()  # one last read, so a short load still has a sample
+        return True
 
 
 def throttle_share(percent: float | None) -> float:

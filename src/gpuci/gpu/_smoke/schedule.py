@@ -52,21 +52,25 @@ class Watchdog:
 
     def __init__(self, budget: Budget, finish: Callable[[list[Outcome]], int]) -> None:
         self._budget, self._finish = budget, finish
-        self._lock = threading.Lock()
-        self._running: dict[int, tuple[Planned, float]] = {}  # thread -> (check, started)
+        self._lock = threading.Condition()  # a check started or the load ended: the watch looks
+        # thread -> (check, started, why it hung when not the GPU's kernel)
+        self._running: dict[int, tuple[Planned, float, str | None]] = {}
         self._waiting: list[Planned] = []  # planned, not started
         self._over = threading.Event()  # the load ended in time
         self._fired = False
         self.limit = 0.0  # seconds from the watch's start to the deadline
+        self._deadline = 0.0  # the monotonic time of that deadline
 
     def __enter__(self) -> Watchdog:
         self.limit = max(self._budget.left(), 0.0) + GRACE_SECONDS
+        self._deadline = time.monotonic() + self.limit
         threading.Thread(target=self._watch, name="gpuci-watchdog", daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         with self._lock:
             self._over.set()
+            self._lock.notify_all()
             fired = self._fired
         if fired:  # the watch is reporting the hang: the process ends there, not here
             threading.Event().wait()
@@ -77,29 +81,46 @@ class Watchdog:
             self._waiting += plan
 
     @contextmanager
-    def running(self, item: Planned) -> Iterator[None]:
-        """Mark ``item`` as running on this thread for as long as the block lasts."""
+    def running(self, item: Planned, hung: str | None = None) -> Iterator[None]:
+        """Mark ``item`` as running on this thread for as long as the block lasts; ``hung``:
+        the reason it fails with if it never returns, when not a kernel's hang."""
         key = threading.get_ident()
         with self._lock:
-            self._running[key] = (item, time.monotonic())
+            self._running[key] = (item, time.monotonic(), hung)
             self._waiting = [w for w in self._waiting if w is not item]
+            self._lock.notify_all()
         try:
             yield
         finally:
             with self._lock:
                 self._running.pop(key, None)
 
+    def _due(self, started: float) -> float:
+        """When a check started at ``started`` is hung: the deadline, or for one started
+        past it (health after the load is never skipped) :data:`GRACE_SECONDS` after."""
+        return max(self._deadline, started + GRACE_SECONDS)
+
     def _watch(self) -> None:
-        if self._over.wait(self.limit):
-            return
         with self._lock:
-            if self._over.is_set() or not self._running:
-                return  # ended just now, or between checks: nothing is stuck
+            while True:  # between checks nothing is stuck: wait for the next to start
+                if self._over.is_set():
+                    return
+                now = time.monotonic()
+                dues = [self._due(started) for _, started, _ in self._running.values()]
+                if any(now >= due for due in dues):
+                    break
+                self._lock.wait(min(dues) - now if dues else None)
             self._fired = True
-            stuck, waiting = list(self._running.values()), list(self._waiting)
+            running, waiting = list(self._running.values()), list(self._waiting)
+        stuck = [r for r in running if now >= self._due(r[1])]
         first = stuck[0][0]
         label = first.name if first.gpu is None else f"gpu{first.gpu}:{first.name}"
-        ended = [self._hung(item, started) for item, started in stuck]
+        ended = [self._hung(item, started, why) for item, started, why in stuck]
+        ended += [  # started late, not yet overdue: not judged
+            Outcome(w.name, w.gpu, "skip", f"not finished: the smoke ended at {label}'s hang")
+            for w, _, _ in running
+            if all(w is not s[0] for s in stuck)
+        ]
         ended += [
             Outcome(w.name, w.gpu, "skip", f"not run: the smoke ended at {label}'s hang")
             for w in waiting
@@ -116,14 +137,19 @@ class Watchdog:
             _flush(sys.stdout, sys.stderr)
             os._exit(code)
 
-    def _hung(self, item: Planned, started: float) -> Outcome:
+    def _hung(self, item: Planned, started: float, why: str | None) -> Outcome:
         """A check that did not return: a finding about the GPU or its driver, as an
-        all-reduce hung in the collective is."""
-        reason = (
-            f"did not return within {GRACE_SECONDS:g}s past the {self._budget.total:g}s "
-            "budget: hung in the GPU or its driver (a kernel or synchronize that never "
-            "completes); gpu-smoke ended its process"
-        )
+        all-reduce hung in the collective is (unless ``why`` says otherwise)."""
+        within = f"{GRACE_SECONDS:g}s past the {self._budget.total:g}s budget"
+        if started + GRACE_SECONDS > self._deadline:
+            within = f"{GRACE_SECONDS:g}s of its start, past the {self._budget.total:g}s budget"
+        if why:  # its own words first: what they begin with decides quarantine
+            reason = f"{why} (did not return within {within}; gpu-smoke ended its process)"
+        else:
+            reason = (
+                f"did not return within {within}: hung in the GPU or its driver (a kernel, "
+                "synchronize or NVML read that never completes); gpu-smoke ended its process"
+            )
         seconds = time.monotonic() - started
         return Outcome(item.name, item.gpu, "fail", reason, seconds=seconds, params=item.params)
 
@@ -134,6 +160,14 @@ def _flush(*streams: Any) -> None:
             stream.flush()
         except (OSError, ValueError):  # closed or gone: nothing more can be said there
             pass
+
+
+def watched_check(item: Planned, budget: Budget, watchdog: Watchdog | None) -> Outcome:
+    """:func:`run_check`, marked running on ``watchdog`` (when given) while it runs."""
+    if watchdog is None:
+        return run_check(item, budget)
+    with watchdog.running(item):
+        return run_check(item, budget)
 
 
 def waves(plan: list[Planned]) -> list[list[Planned]]:
@@ -166,10 +200,7 @@ def run_plan(
         watchdog.expect(plan)
 
     def one(item: Planned) -> Outcome:
-        if watchdog is None:
-            return run_check(item, budget)
-        with watchdog.running(item):
-            return run_check(item, budget)
+        return watched_check(item, budget, watchdog)
 
     for wave in waves(plan):
         per_gpu: dict[object, list[Planned]] = {}
