@@ -220,3 +220,17 @@ def test_each_key_an_entry_scans_in_a_legs_mapping_is_charged_to_the_plan(monkey
     with budget.active(), pytest.raises(ExpressionError, match="scanned over"):
         matrix.expand(value)
     assert budget.spent
+
+
+def test_each_string_an_entry_compares_is_charged_to_the_plan():
+    """A leaf compared case-blind folds both strings: 100 exclude entries against a leg's
+    100,000-character value read 20 million characters, counted as an expression's == is
+    (before: nothing counted, and aliases repeat such a value at no cost in the file)."""
+    from gpuci.dryrun._bounds import Budget
+
+    long = "x" * 100_000
+    value = {"s": [long], "exclude": [{"s": f"y{i}{long}"} for i in range(100)]}
+    budget = Budget()
+    with budget.active():
+        assert matrix.expand(value) == [{"s": long}]
+    assert budget.limit - budget.left >= 100 * 2 * len(long)

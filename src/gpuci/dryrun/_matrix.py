@@ -13,9 +13,9 @@ so. Past 256 legs GitHub refuses the run ("Strategy expansion exceeded 256 resul
 any leg. An axis with no values, or a matrix with neither axes nor ``include``, fails the job
 at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"), and an empty
 include or exclude entry, or an exclude key that is no axis, is refused too: :func:`expand`
-raises :class:`BadMatrix`. Each key :func:`matches` scans is charged to the plan's budget
-(:func:`gpuci.dryrun._bounds.spend`): past it :func:`expand` raises ExpressionError and the
-matrix is left to the run.
+raises :class:`BadMatrix`. Each key :func:`matches` scans and each string it compares are
+charged to the plan's budget (:func:`gpuci.dryrun._bounds.spend`): past it :func:`expand`
+raises ExpressionError and the matrix is left to the run.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def matches(value: Any, entry: Any) -> bool:
     if isinstance(entry, list):
         items = value if isinstance(value, list) else []
         return all(matches(items[i] if i < len(items) else None, v) for i, v in enumerate(entry))
+    if isinstance(value, str) and isinstance(entry, str):
+        spend(len(value) + len(entry))  # both folded to compare, as an expression's == is
     return equal(value, entry)
 
 
