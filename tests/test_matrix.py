@@ -200,3 +200,37 @@ def test_an_entry_nesting_a_large_value_is_weighed_by_its_values():
         {"os": "a"},
         {"os": "b"},
     ]
+
+
+def test_each_key_an_entry_scans_in_a_legs_mapping_is_charged_to_the_plan(monkeypatch):
+    """An exclude entry looks into a leg's value key by key (keys are case-blind): 200 entries
+    into a mapping of 5,000 keys is a million keys compared, charged as an expression's lookup
+    is, and past the plan's budget the matrix is left to the run (before: nothing counted)."""
+    from gpuci.dryrun._bounds import KEY_COST, Budget
+    from gpuci.dryrun._expressions import ExpressionError
+
+    big = {f"k{i}": i for i in range(5_000)}
+    value = {"big": [big], "exclude": [{"big": {"zzz": f"z{i}"}} for i in range(200)]}
+    budget = Budget()
+    with budget.active():
+        assert matrix.expand(value) == [{"big": big}]
+    assert budget.limit - budget.left >= 200 * 5_000 * KEY_COST
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 50 * 5_000 * KEY_COST)
+    budget = Budget()
+    with budget.active(), pytest.raises(ExpressionError, match="scanned over"):
+        matrix.expand(value)
+    assert budget.spent
+
+
+def test_each_string_an_entry_compares_is_charged_to_the_plan():
+    """A leaf compared case-blind folds both strings: 100 exclude entries against a leg's
+    100,000-character value read 20 million characters, counted as an expression's == is
+    (before: nothing counted, and aliases repeat such a value at no cost in the file)."""
+    from gpuci.dryrun._bounds import Budget
+
+    long = "x" * 100_000
+    value = {"s": [long], "exclude": [{"s": f"y{i}{long}"} for i in range(100)]}
+    budget = Budget()
+    with budget.active():
+        assert matrix.expand(value) == [{"s": long}]
+    assert budget.limit - budget.left >= 100 * 2 * len(long)

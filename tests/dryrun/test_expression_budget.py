@@ -81,3 +81,36 @@ jobs:
     assert (
         f"set at run time): require-gpu (an expression this plan cannot evaluate ({over}))" in text
     )
+
+
+def test_a_matrix_entry_scanning_a_large_leg_spends_the_plans_budget(tmp_path, monkeypatch):
+    """200 exclude entries each looking into a 5,000-key mapping (case-blind, key by key): the
+    budget runs out, the matrix is left to the run and the plan says so in its one line."""
+    monkeypatch.setattr("gpuci.dryrun._bounds.MAX_EVALUATED", 10 * BIG)
+    mapping = ", ".join(f"k{i}: {i}" for i in range(5_000))
+    exclude = "\n".join(f"          - big: {{zzz: z{i}}}" for i in range(200))
+    wf = write(
+        tmp_path,
+        f"""\
+on: push
+jobs:
+  j:
+    runs-on: x
+    strategy:
+      matrix:
+        big: [{{{mapping}}}]
+        exclude:
+{exclude}
+    steps:
+      - uses: ./actions/gpu-setup
+        with: {{require-gpu: '${{{{ matrix.big.k1 }}}}'}}
+""",
+        f"{WORKFLOWS}/wf.yml",
+    )
+    from gpuci.dryrun import run
+
+    out = io.StringIO()
+    result = run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
+    text = out.getvalue() + "\n".join(result.summary)
+    assert text.count("this plan's expressions scanned over 1,000,000 characters;") == 1
+    assert "its matrix is built at run time" in text

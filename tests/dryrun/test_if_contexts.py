@@ -72,3 +72,52 @@ def test_an_if_aliased_on_many_steps_is_read_once(tmp_path, monkeypatch):
     wf = write(tmp_path, f"on: push\njobs:\n  j:\n    runs-on: x\n    steps:\n{steps}", "wf.yml")
     load_workflow(wf)
     assert len(calls) <= 2, len(calls)  # one text: its condition and its names (2001 steps)
+
+
+def _composite(tmp_path, step_if: str):
+    action = write(
+        tmp_path,
+        "name: act\nruns:\n  using: composite\n  steps:\n    - run: echo\n      shell: bash\n"
+        f"    - if: {step_if}\n      run: echo\n      shell: bash\n",
+        "act/action.yml",
+    )
+    body = "on: push\njobs:\n  j: {runs-on: x, steps: [{uses: actions/checkout@v4}, {uses: ./act}]}"
+    return action, dry_run(tmp_path, write(tmp_path, body, f"{WORKFLOWS}/wf.yml"), cwd=tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("step_if", "named"),
+    [
+        ("secrets.TOKEN != ''", "secrets"),
+        ("${{ secrets.TOKEN != '' }}", "secrets"),
+        ("${{ vars.X == 'y' }}", "vars"),  # the schema's step-if: no vars, no needs
+        ("${{ needs.a.result == 'success' }}", "needs"),
+        ("false && jobs.x", "jobs"),
+    ],
+    ids=["secrets", "secrets-wrapped", "vars-wrapped", "needs-wrapped", "jobs"],
+)
+def test_a_composite_steps_if_naming_a_context_it_cannot_read_is_bad_input(
+    tmp_path, step_if, named
+):
+    """actions/runner loads a composite action's steps through action_yaml.json (step-if:
+    github, inputs, strategy, matrix, steps, job, runner, env) and WorkflowTemplateConverter
+    (a step's if: also vars and needs, bare): 'Unrecognized named-value' fails the job when it
+    loads the action. Before, the plan evaluated such an if: and exited 0."""
+    action, proc = _composite(tmp_path, step_if)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    said = f"composite action {action}: the runner refuses it: step 2 if: Unrecognized "
+    assert said + f"named-value: '{named}'" in proc.stdout + proc.stderr, proc.stdout
+
+
+@pytest.mark.parametrize(
+    "step_if",
+    [
+        "github.x && inputs.a && strategy.fail-fast && matrix.os && steps.s.outcome",
+        "${{ job.status && runner.os && env.X && hashFiles('x') && always() }}",
+        "vars.X == 'y' && needs.a.result",  # bare: the converter's list, which has both
+    ],
+    ids=["bare", "wrapped", "bare-vars-needs"],
+)
+def test_a_composite_steps_if_naming_only_what_it_may_read_plans(tmp_path, step_if):
+    _, proc = _composite(tmp_path, step_if)
+    assert "Unrecognized named-value" not in proc.stdout + proc.stderr, proc.stdout

@@ -426,9 +426,10 @@ def job_legs(
 ) -> list[tuple[str, dict[str, Any], Any]]:
     """(leg name, the job with the leg put in, the matrix context) for each leg of the job's
     matrix, built from the contexts where it is an expression (``fromJSON(inputs.legs)``);
-    one unresolved run when only the run can build it, or when putting the legs in would copy
-    more than :data:`MAX_LEG_COPIES` entries (only the parts that read ``matrix`` are copied,
-    the rest shared: ``strategy`` itself is never copied, as the runner reads it before legs).
+    one unresolved run when only the run can build it, when the plan's budget ran out weighing
+    its include and exclude entries, or when putting the legs in would copy more than
+    :data:`MAX_LEG_COPIES` entries (only the parts that read ``matrix`` are copied, the rest
+    shared: ``strategy`` itself is never copied, as the runner reads it before legs).
 
     Raises TooManyLegs (bad input) for a matrix of more than GitHub's 256 legs.
     """
@@ -437,7 +438,10 @@ def job_legs(
     strategy = job.get("strategy")
     raw = strategy.get("matrix") if isinstance(strategy, dict) else None
     value = evaluate_value(raw, contexts, nothing_failed)
-    legs = None if first_unknown(value) is not None else matrix.expand(value)
+    try:
+        legs = None if first_unknown(value) is not None else matrix.expand(value)
+    except ExpressionError as exc:  # the plan's budget ran out weighing its entries
+        return [(name, job, Unknown(f"matrix ({exc})"))]
     if legs is None:
         return [(name, job, Unknown("matrix"))]
     if legs == [{}]:

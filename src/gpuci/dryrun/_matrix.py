@@ -13,7 +13,9 @@ so. Past 256 legs GitHub refuses the run ("Strategy expansion exceeded 256 resul
 any leg. An axis with no values, or a matrix with neither axes nor ``include``, fails the job
 at "Evaluate strategy" ("Matrix vector 'gpu' does not contain any values"), and an empty
 include or exclude entry, or an exclude key that is no axis, is refused too: :func:`expand`
-raises :class:`BadMatrix`.
+raises :class:`BadMatrix`. Each key :func:`matches` scans and each string it compares are
+charged to the plan's budget (:func:`gpuci.dryrun._bounds.spend`): past it :func:`expand`
+raises ExpressionError and the matrix is left to the run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import math
 import re
 from typing import Any
 
+from gpuci.dryrun._bounds import KEY_COST, spend
 from gpuci.dryrun._embedded import Span
 from gpuci.dryrun._expressions import EMBEDDED, ExpressionError, equal, to_text
 from gpuci.errors import InputError
@@ -134,13 +137,19 @@ def matches(value: Any, entry: Any) -> bool:
     if isinstance(entry, list):
         items = value if isinstance(value, list) else []
         return all(matches(items[i] if i < len(items) else None, v) for i, v in enumerate(entry))
+    if isinstance(value, str) and isinstance(entry, str):
+        spend(len(value) + len(entry))  # both folded to compare, as an expression's == is
     return equal(value, entry)
 
 
 def _at(value: Any, key: str) -> Any:
-    """``value[key]`` as an expression reads it: a mapping's key case-blind, else null."""
+    """``value[key]`` as an expression reads it: a mapping's key case-blind, else null. The
+    scan is charged to the plan's budget as an expression's lookup is: a leg's value may be a
+    mapping of 50,000 keys that each of thousands of entries looks into (ExpressionError past
+    the budget)."""
     if not isinstance(value, dict):
         return None
+    spend(len(value) * KEY_COST)
     return next((v for k, v in value.items() if str(k).casefold() == key.casefold()), None)
 
 

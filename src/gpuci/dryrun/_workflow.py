@@ -96,13 +96,40 @@ def _if_refused(jobs: Mapping[Any, Any]) -> str:
         for index, step in enumerate(job.get("steps") or [], start=1):
             where = f"job '{_quoted(name)}' step {index}"
             conditions.append((where, step.get("if") if isinstance(step, dict) else None, STEP_IF))
-        for where, cond, allowed in conditions:
-            if cond is None or (key := (str(cond), allowed)) in seen:
-                continue
-            seen.add(key)
-            bad = next((n for n in _named_values(cond) if n.casefold() not in allowed), None)
-            if bad is not None:
-                return f"{where} if: Unrecognized named-value: '{_quoted(bad)}'"
+        if refused := _first_refused(conditions, seen):
+            return refused
+    return ""
+
+
+# A composite action's step if: (actions/runner): a bare one is read as a workflow step's
+# (WorkflowTemplateConverter s_stepNamedValues, STEP_IF), one in ${{ }} first against the
+# action_yaml.json schema's step-if, which has no vars and no needs. Neither reads secrets.
+COMPOSITE_STEP_IF = STEP_IF - {"vars", "needs"}
+
+
+def _composite_if_refused(steps: list[dict[str, Any]]) -> str:
+    """Why the runner refuses a composite action's steps' ``if:`` ('' when it does not): one
+    names a context it cannot read, found when the action is loaded, whether the step would
+    run or not."""
+    conditions = [
+        (f"step {index}", cond, COMPOSITE_STEP_IF if "${{" in str(cond) else STEP_IF)
+        for index, cond in enumerate((step.get("if") for step in steps), start=1)
+    ]
+    return _first_refused(conditions, set())
+
+
+def _first_refused(
+    conditions: list[tuple[str, Any, frozenset[str]]], seen: set[tuple[str, frozenset[str]]]
+) -> str:
+    """'<where> if: Unrecognized named-value: ...' for the first ``if:`` naming a context
+    outside its own set; each text is read once (``seen``: an alias may repeat it)."""
+    for where, cond, allowed in conditions:
+        if cond is None or (key := (str(cond), allowed)) in seen:
+            continue
+        seen.add(key)
+        bad = next((n for n in _named_values(cond) if n.casefold() not in allowed), None)
+        if bad is not None:
+            return f"{where} if: Unrecognized named-value: '{_quoted(bad)}'"
     return ""
 
 
@@ -394,6 +421,12 @@ def _composite_listed(path: Path, action: Any) -> dict[str, Any]:
             "steps; list them under runs.steps (- run: ... or - uses: ...)",
         )
     _refuse_bad_steps(runs["steps"], f"composite action {path}")
+    if refused := _composite_if_refused(runs["steps"]):
+        raise InputError(
+            f"composite action {path}: the runner refuses it: {refused}",
+            hint="a composite action's step if: reads github, inputs, strategy, matrix, steps, "
+            "job, runner and env (for a secret: pass it in as an input and test inputs.X)",
+        )
     return action
 
 
