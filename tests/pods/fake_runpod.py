@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from fake_runpod_wire import Wire, handler_for
 from jsonschema import Draft202012Validator
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
+from fake_runpod_wire import Wire, handler_for
 from loopback_http import LoopbackHTTPServer
 
 # A verbatim copy of RunPod's published OpenAPI document, so the tests run anywhere.
