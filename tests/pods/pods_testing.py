@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import threading
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -204,3 +206,23 @@ def fail_teardown(fake: Any, pod_id: str, stats: MutableMapping[str, int]) -> No
     """Make the next ``pods down`` of ``pod_id`` fail: the API answers every DELETE with 503."""
     fake.fail(f"DELETE /v2/pods/{pod_id}", *_TEARDOWN_FAILURES)
     stats["failed_down"] += 1
+
+
+def serve_scripted(answers: Sequence[bytes]) -> str:
+    """A raw server on 127.0.0.1 (port 0) that answers its n-th connection, once the request's
+    head is read, with ``answers[n]`` as they are (cut, empty, malformed), then closes it; its
+    URL. For answers no well-behaved HTTP server would send."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        with listener:
+            for answer in answers:
+                conn, _ = listener.accept()
+                with conn:
+                    asked = b""
+                    while b"\r\n\r\n" not in asked and (got := conn.recv(65536)):
+                        asked += got
+                    conn.sendall(answer)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return f"http://127.0.0.1:{listener.getsockname()[1]}"

@@ -9,12 +9,10 @@ retry's backoff, so a retry that should not have waited (or should not have happ
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 
 import pytest
-from pods_testing import FakeClock
+from pods_testing import FakeClock, serve_scripted
 
 from gpuci.pods._runpod.client import RunPodClient, RunPodError
 
@@ -138,21 +136,9 @@ def test_the_fake_closes_an_idle_connection_and_the_client_opens_another(fake, c
 def test_a_new_connection_closed_unanswered_keeps_the_backoff():
     """Only a reused connection is presumed closed as idle: a new one the server read from and
     closed with no answer (a crash, an overload) is RunPod unhealthy, and waits as a 5xx does."""
-    listener = socket.create_server(("127.0.0.1", 0))
     whole = b'{"pods": []}'
-
-    def serve() -> None:
-        for answer in (b"", b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n" + whole):
-            conn, _ = listener.accept()
-            with conn:
-                asked = b""
-                while b"\r\n\r\n" not in asked and (got := conn.recv(65536)):
-                    asked += got
-                conn.sendall(answer)
-
-    threading.Thread(target=serve, daemon=True).start()
+    url = serve_scripted((b"", b"HTTP/1.1 200 OK\r\nContent-Length: 12\r\n\r\n" + whole))
     clock = FakeClock()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    with listener, RunPodClient("rpa_test", url, clock=clock) as c:
+    with RunPodClient("rpa_test", url, clock=clock) as c:
         assert c.list_pods() == []
     assert len(clock.sleeps) == 1 and 1 <= clock.sleeps[0] <= 2

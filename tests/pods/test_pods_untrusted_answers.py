@@ -5,14 +5,12 @@ read only up to a cap, whatever length it claims, and parsed through ``untrusted
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
-from pods_testing import FakeClock, refused_answer
+from pods_testing import FakeClock, refused_answer, serve_scripted
 
 from gpuci.pods._runpod import client as client_mod
 from gpuci.pods._runpod.client import RunPodClient, RunPodError
@@ -80,21 +78,9 @@ def test_an_answer_cut_short_is_retried_never_read_as_bad_json():
     transport failure, retried; only a whole body is judged as JSON."""
     whole = b'{"records": []}'
     head = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(whole)
-    listener = socket.create_server(("127.0.0.1", 0))
-
-    def serve() -> None:
-        for answer in (head + whole[:5], head + whole):
-            conn, _ = listener.accept()
-            with conn:
-                asked = b""
-                while b"\r\n\r\n" not in asked and (got := conn.recv(65536)):
-                    asked += got
-                conn.sendall(answer)
-
-    threading.Thread(target=serve, daemon=True).start()
+    url = serve_scripted((head + whole[:5], head + whole))
     clock = FakeClock()
-    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
-    with listener, RunPodClient("rpa_test", url, clock=clock) as client:
+    with RunPodClient("rpa_test", url, clock=clock) as client:
         assert client.pod_billing("a", "b") == []
     assert len(clock.sleeps) == 1  # one retry's wait
 
