@@ -258,6 +258,13 @@ HUNG_XID_SET_UP = HUNG_HEALTH.replace(
     "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
 )
 
+HUNG_XID_FREE = HUNG_HEALTH.replace(
+    "def nvmlDeviceGetViolationStatus(self, handle, policy):",
+    "def nvmlEventSetFree(self, event_set):\n"
+    "        threading.Event().wait()  # the driver stuck as the load ended\n"
+    "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
+)
+
 
 def hung_smoke(
     tmp_path: Path, *more: str, script: str = HUNG_GEMM, checks: str = "context,gemm,memory,health"
@@ -332,6 +339,16 @@ def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp
     """The XID event set is made on the run's own thread before the load: a driver that
     never answers held the step there past its budget. Now it is watched: health fails."""
     code, body = hung_smoke(tmp_path, script=HUNG_XID_SET_UP, checks="health")
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "health"
+    assert "hung in the GPU or its driver" in body["headline"]
+
+
+def test_an_xid_event_set_free_that_never_returns_ends_the_smoke_naming_health(tmp_path):
+    """The XID listener's thread ended in time, but the set's last drain and its free run on
+    the run's own thread before health is read, unwatched: a driver stuck as the load ended
+    held the step there past its budget. Now they are watched: health fails as hung."""
+    code, body = hung_smoke(tmp_path, script=HUNG_XID_FREE, checks="health")
     assert code == 1, body
     assert body["outputs"]["failed-checks"] == "health"
     assert "hung in the GPU or its driver" in body["headline"]

@@ -433,7 +433,10 @@ def _run_checks(
                 session.abandon()
                 notes.append("clock sampling stuck in an NVML read: its samples end there")
     if "health" in checks and xids is not None:
-        for item in health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
+        # The XID set's last drain and its free are NVML calls on this thread: watched
+        with watchdog.running(_WATCHING) if watchdog else nullcontext():
+            items = health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget)
+        for item in items:
             record(watched_check(item, budget, watchdog))  # a stuck NVML read ends the run
         if xids.error:
             notes.append(f"XID listening stopped early: {xids.error}")
