@@ -265,6 +265,13 @@ HUNG_XID_FREE = HUNG_HEALTH.replace(
     "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
 )
 
+HUNG_HOLDING_THE_GIL = HUNG_START.replace(
+    "threading.Event().wait()  # cuInit (or the import) never returns",
+    "ctypes.PyDLL(None).sleep(3600)  # cuInit in a C call that never lets the GIL go",
+).replace("import sys, threading", "import ctypes, sys, threading").replace(
+    "schedule.GRACE_SECONDS = 0.0", "schedule.GRACE_SECONDS = 0.0\nschedule.BACKSTOP_SECONDS = 1.0"
+)
+
 
 def hung_smoke(
     tmp_path: Path, *more: str, script: str = HUNG_GEMM, checks: str = "context,gemm,memory,health"
@@ -352,3 +359,15 @@ def test_an_xid_event_set_free_that_never_returns_ends_the_smoke_naming_health(t
     assert code == 1, body
     assert body["outputs"]["failed-checks"] == "health"
     assert "hung in the GPU or its driver" in body["headline"]
+
+
+def test_a_framework_start_hung_holding_the_gil_still_ends_the_step(tmp_path):
+    """torch's device query calls cuInit holding Python's GIL: stuck there, the watchdog's
+    thread never ran and the step hung past its budget for ever. faulthandler's C thread
+    ends it past the deadline instead: exit 1, the stuck call's stack on stderr."""
+    environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
+            "--budget-seconds", "1", "--report", str(tmp_path / "r.json")]  # fmt: skip
+    proc = run_python("-c", HUNG_HOLDING_THE_GIL, *args, env=environ, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Timeout" in proc.stderr and "in device_count" in proc.stderr

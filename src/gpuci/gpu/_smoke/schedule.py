@@ -18,11 +18,16 @@ A check that never returns (a hung kernel, a hung synchronize) cannot be interru
 in this process, and a thread stuck in a CUDA call can be neither cancelled nor joined. The
 :class:`Watchdog` gives the load a hard deadline instead, the budget plus
 :data:`GRACE_SECONDS`: past it, the checks still running fail as hung, the smoke reports (the
-caller's ``finish``) and the process ends with ``os._exit``.
+caller's ``finish``) and the process ends with ``os._exit``. A call that hangs holding
+Python's GIL (a C extension's call that keeps it, as torch's device query may in cuInit)
+stops the watch too: faulthandler's own C thread, which needs no GIL, ends the process
+:data:`BACKSTOP_SECONDS` later, the threads' stacks on stderr, exit 1 (no report: no Python
+code can run then).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
@@ -40,6 +45,13 @@ SERIAL = frozenset({"nccl", "pcie"})  # checks that share a resource between GPU
 # the worst seen: docs/gpu-smoke.md) and the memory test stops at the deadline, so a check
 # still running 20 s later is stuck in the GPU or its driver, not slow.
 GRACE_SECONDS = 20.0
+# How long past a check's hang deadline faulthandler ends the process, when the watch itself
+# could not run (a hung call holds the GIL): the watch reports first whenever it can.
+BACKSTOP_SECONDS = 60.0
+# How long the watch's report of a hang may take (quarantine's calls to the forge included)
+# before faulthandler ends the process anyway: a report stuck behind the hung call (the
+# dynamic loader's lock held by an import stuck on a filesystem) must not hold the step.
+REPORT_SECONDS = 300.0
 
 
 class Watchdog:
@@ -64,6 +76,7 @@ class Watchdog:
     def __enter__(self) -> Watchdog:
         self.limit = max(self._budget.left(), 0.0) + GRACE_SECONDS
         self._deadline = time.monotonic() + self.limit
+        _backstop(self.limit + BACKSTOP_SECONDS)
         threading.Thread(target=self._watch, name="gpuci-watchdog", daemon=True).start()
         return self
 
@@ -74,6 +87,7 @@ class Watchdog:
             fired = self._fired
         if fired:  # the watch is reporting the hang: the process ends there, not here
             threading.Event().wait()
+        _backstop(None)
 
     def expect(self, plan: list[Planned]) -> None:
         """The checks this load will run, so a hang can name those it never started."""
@@ -86,7 +100,10 @@ class Watchdog:
         the reason it fails with if it never returns, when not a kernel's hang."""
         key = threading.get_ident()
         with self._lock:
-            self._running[key] = (item, time.monotonic(), hung)
+            now = time.monotonic()
+            self._running[key] = (item, now, hung)
+            if not self._fired:  # the latest check's due (once fired: the report's bound)
+                _backstop(self._due(now) - now + BACKSTOP_SECONDS)
             self._waiting = [w for w in self._waiting if w is not item]
             self._lock.notify_all()
         try:
@@ -111,6 +128,7 @@ class Watchdog:
                     break
                 self._lock.wait(min(dues) - now if dues else None)
             self._fired = True
+            _backstop(REPORT_SECONDS)  # this thread runs: the report's own bound
             running, waiting = list(self._running.values()), list(self._waiting)
         stuck = [r for r in running if now >= self._due(r[1])]
         first = stuck[0][0]
@@ -152,6 +170,18 @@ class Watchdog:
             )
         seconds = time.monotonic() - started
         return Outcome(item.name, item.gpu, "fail", reason, seconds=seconds, params=item.params)
+
+
+def _backstop(seconds: float | None) -> None:
+    """Arm faulthandler's end of the process ``seconds`` from now (None: disarm it): the last
+    resort when the watch cannot run. Never fails the run: without it the watch still does."""
+    try:
+        if seconds is None:
+            faulthandler.cancel_dump_traceback_later()
+        else:  # fd 2: sys.stderr may be a stream without one (captured in tests)
+            faulthandler.dump_traceback_later(max(seconds, 0.001), exit=True, file=2)
+    except (OSError, ValueError, RuntimeError):
+        pass
 
 
 def _flush(*streams: Any) -> None:
