@@ -226,7 +226,7 @@ class HungInit(NumpyBackend):
     def device_count(self):
         threading.Event().wait()  # cuInit (or the import) never returns
 command.smoke = partial(smoke, backend=HungInit())
-schedule.GRACE_SECONDS = 0.0
+schedule.GRACE_SECONDS = schedule.START_SECONDS = 0.0
 from gpuci.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -265,11 +265,27 @@ HUNG_XID_FREE = HUNG_HEALTH.replace(
     "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
 )
 
-HUNG_HOLDING_THE_GIL = HUNG_START.replace(
-    "threading.Event().wait()  # cuInit (or the import) never returns",
-    "ctypes.PyDLL(None).sleep(3600)  # cuInit in a C call that never lets the GIL go",
-).replace("import sys, threading", "import ctypes, sys, threading").replace(
-    "schedule.GRACE_SECONDS = 0.0", "schedule.GRACE_SECONDS = 0.0\nschedule.BACKSTOP_SECONDS = 1.0"
+SLOW_START = (
+    HUNG_START.replace(
+        "threading.Event().wait()  # cuInit (or the import) never returns",
+        "time.sleep(4)  # a cold import and CUDA's init: slow, past budget and grace, not hung\n"
+        "        return super().device_count()",
+    )
+    .replace("import sys, threading", "import sys, threading, time")
+    .replace(
+        "schedule.GRACE_SECONDS = schedule.START_SECONDS = 0.0", "schedule.GRACE_SECONDS = 2.0"
+    )
+)
+HUNG_HOLDING_THE_GIL = (
+    HUNG_START.replace(
+        "threading.Event().wait()  # cuInit (or the import) never returns",
+        "ctypes.PyDLL(None).sleep(3600)  # cuInit in a C call that never lets the GIL go",
+    )
+    .replace("import sys, threading", "import ctypes, sys, threading")
+    .replace(
+        "schedule.START_SECONDS = 0.0",
+        "schedule.START_SECONDS = 0.0\nschedule.BACKSTOP_SECONDS = 1.0",
+    )
 )
 
 
@@ -340,6 +356,16 @@ def test_a_framework_that_never_finishes_starting_ends_the_smoke_by_its_budget(t
     assert "runner not quarantined" in said and "quarantined:" not in said.replace(
         "not quarantined:", ""
     )
+
+
+def test_a_framework_start_slower_than_the_budget_is_not_called_hung(tmp_path):
+    """A cold ``import torch`` and CUDA's init can outlast the budget (30 s by default) plus
+    the 20 s grace on a healthy node: the start was failed as hung at that deadline, exit 1.
+    It gets START_SECONDS from its start; once started, checks past the budget are skipped."""
+    code, body = hung_smoke(tmp_path, "--budget-seconds", "1", script=SLOW_START)
+    assert "never finished starting" not in json.dumps(body), body
+    assert "context" not in body["outputs"]["failed-checks"], body
+    assert code == 0, body
 
 
 def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp_path):

@@ -296,7 +296,7 @@ def _run(
     # A hang is reported by the watchdog's thread, which ends the process; this one waits.
     with Watchdog(budget, finish) as watchdog:
         if any(c in LOAD_CHECKS for c in checks):  # import, CUDA's init, the device query
-            with watchdog.running(_STARTING, _starting_hung(load.framework)):
+            with watchdog.starting(_STARTING, _starting_hung(load.framework)):
                 _prepare_load(load, inp, session, snapshot, notes, info)
         watched = (
             sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or watched

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from gpuci.gpu._smoke.checks import Budget, Outcome, Planned, run_check
@@ -45,6 +45,10 @@ SERIAL = frozenset({"nccl", "pcie"})  # checks that share a resource between GPU
 # the worst seen: docs/gpu-smoke.md) and the memory test stops at the deadline, so a check
 # still running 20 s later is stuck in the GPU or its driver, not slow.
 GRACE_SECONDS = 20.0
+# How long the framework's start (a cold ``import torch`` from a network filesystem, CUDA's
+# init on 8 GPUs without persistence mode: tens of seconds on a healthy node) is given from
+# its start when the budget's deadline is sooner: slow is not hung, as NVML's 120 s says.
+START_SECONDS = 120.0
 # How long past a check's hang deadline faulthandler ends the process, when the watch itself
 # could not run (a hung call holds the GIL): the watch reports first whenever it can.
 BACKSTOP_SECONDS = 60.0
@@ -65,8 +69,8 @@ class Watchdog:
     def __init__(self, budget: Budget, finish: Callable[[list[Outcome]], int]) -> None:
         self._budget, self._finish = budget, finish
         self._lock = threading.Condition()  # a check started or the load ended: the watch looks
-        # thread -> (check, started, why it hung when not the GPU's kernel)
-        self._running: dict[int, tuple[Planned, float, str | None]] = {}
+        # thread -> (check, started, why it hung when not the GPU's kernel, when it is hung)
+        self._running: dict[int, tuple[Planned, float, str | None, float]] = {}
         self._waiting: list[Planned] = []  # planned, not started
         self._over = threading.Event()  # the load ended in time
         self._fired = False
@@ -95,15 +99,19 @@ class Watchdog:
             self._waiting += plan
 
     @contextmanager
-    def running(self, item: Planned, hung: str | None = None) -> Iterator[None]:
+    def running(
+        self, item: Planned, hung: str | None = None, at_least: float = 0.0
+    ) -> Iterator[None]:
         """Mark ``item`` as running on this thread for as long as the block lasts; ``hung``:
-        the reason it fails with if it never returns, when not a kernel's hang."""
+        the reason it fails with if it never returns, when not a kernel's hang; ``at_least``:
+        the seconds from its start it is given, when the budget's deadline is sooner."""
         key = threading.get_ident()
         with self._lock:
             now = time.monotonic()
-            self._running[key] = (item, now, hung)
+            due = self._due(now, at_least)
+            self._running[key] = (item, now, hung, due)
             if not self._fired:  # the latest check's due (once fired: the report's bound)
-                _backstop(self._due(now) - now + BACKSTOP_SECONDS)
+                _backstop(due - now + BACKSTOP_SECONDS)
             self._waiting = [w for w in self._waiting if w is not item]
             self._lock.notify_all()
         try:
@@ -112,10 +120,15 @@ class Watchdog:
             with self._lock:
                 self._running.pop(key, None)
 
-    def _due(self, started: float) -> float:
+    def starting(self, item: Planned, hung: str) -> AbstractContextManager[None]:
+        """:meth:`running` for the framework's start: given :data:`START_SECONDS` at least."""
+        return self.running(item, hung, START_SECONDS)
+
+    def _due(self, started: float, at_least: float = 0.0) -> float:
         """When a check started at ``started`` is hung: the deadline, or for one started
-        past it (health after the load is never skipped) :data:`GRACE_SECONDS` after."""
-        return max(self._deadline, started + GRACE_SECONDS)
+        past it (health after the load is never skipped) :data:`GRACE_SECONDS` after (or
+        ``at_least``, when more)."""
+        return max(self._deadline, started + max(GRACE_SECONDS, at_least))
 
     def _watch(self) -> None:
         with self._lock:
@@ -123,20 +136,20 @@ class Watchdog:
                 if self._over.is_set():
                     return
                 now = time.monotonic()
-                dues = [self._due(started) for _, started, _ in self._running.values()]
+                dues = [due for _, _, _, due in self._running.values()]
                 if any(now >= due for due in dues):
                     break
                 self._lock.wait(min(dues) - now if dues else None)
             self._fired = True
             _backstop(REPORT_SECONDS)  # this thread runs: the report's own bound
             running, waiting = list(self._running.values()), list(self._waiting)
-        stuck = [r for r in running if now >= self._due(r[1])]
+        stuck = [r for r in running if now >= r[3]]
         first = stuck[0][0]
         label = first.name if first.gpu is None else f"gpu{first.gpu}:{first.name}"
-        ended = [self._hung(item, started, why) for item, started, why in stuck]
+        ended = [self._hung(item, started, why, due) for item, started, why, due in stuck]
         ended += [  # started late, not yet overdue: not judged
             Outcome(w.name, w.gpu, "skip", f"not finished: the smoke ended at {label}'s hang")
-            for w, _, _ in running
+            for w, _, _, _ in running
             if all(w is not s[0] for s in stuck)
         ]
         ended += [
@@ -155,12 +168,12 @@ class Watchdog:
             _flush(sys.stdout, sys.stderr)
             os._exit(code)
 
-    def _hung(self, item: Planned, started: float, why: str | None) -> Outcome:
+    def _hung(self, item: Planned, started: float, why: str | None, due: float) -> Outcome:
         """A check that did not return: a finding about the GPU or its driver, as an
         all-reduce hung in the collective is (unless ``why`` says otherwise)."""
         within = f"{GRACE_SECONDS:g}s past the {self._budget.total:g}s budget"
-        if started + GRACE_SECONDS > self._deadline:
-            within = f"{GRACE_SECONDS:g}s of its start, past the {self._budget.total:g}s budget"
+        if due > self._deadline:
+            within = f"{due - started:.3g}s of its start, past the {self._budget.total:g}s budget"
         if why:  # its own words first: what they begin with decides quarantine
             reason = f"{why} (did not return within {within}; gpu-smoke ended its process)"
         else:
