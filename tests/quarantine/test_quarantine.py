@@ -419,6 +419,23 @@ def test_an_enterprise_runners_own_file_finds_it_without_the_setting(tmp_path, a
     assert "gpu-large" not in ent_twin.names() and "gpu-large" in repo_twin.names()
 
 
+def test_an_enterprise_runners_own_file_the_token_may_not_read_says_so(tmp_path, api):
+    """The file's enterprise runner, a token without manage_runners:enterprise: the refusal
+    was dropped for the name's search, which said "no self-hosted runner named ... in
+    octo/gpu's or octo's runner lists", false, and without the token's fix."""
+    this = api.state.add("ent-gpu", "/enterprises/acme", ["gpu-large"])
+    one = f"{GH}/enterprises/acme/actions/runners/{this.id}"
+    api.state.answers[("GET", one)] = (403, {"message": "Must have admin rights"}, {})
+    files = _runner_root(tmp_path, this.id, f"{api.base}/enterprises/acme")
+    env = gh(api, RUNNER_NAME="ent-gpu", **files)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (warned,) = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
+    assert "HTTP 403" in warned and "manage_runners:enterprise" in warned
+    assert "no self-hosted runner named" not in warned
+    assert "Traceback" not in proc.stdout + proc.stderr
+
+
 class _AnswersUnpaused(JsonAPIHandler):
     """A GitLab whose PUT /runners/:id answers 200 and a runner still taking jobs (one that
     ignored ``paused``, as GitLab before 14.8 does)."""

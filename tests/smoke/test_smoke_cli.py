@@ -226,7 +226,7 @@ class HungInit(NumpyBackend):
     def device_count(self):
         threading.Event().wait()  # cuInit (or the import) never returns
 command.smoke = partial(smoke, backend=HungInit())
-schedule.GRACE_SECONDS = 0.0
+schedule.GRACE_SECONDS = schedule.START_SECONDS = 0.0
 from gpuci.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -256,6 +256,36 @@ HUNG_XID_SET_UP = HUNG_HEALTH.replace(
     "def nvmlDeviceRegisterEvents(self, handle, types, event_set):\n"
     "        threading.Event().wait()  # the driver never answers\n"
     "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
+)
+
+HUNG_XID_FREE = HUNG_HEALTH.replace(
+    "def nvmlDeviceGetViolationStatus(self, handle, policy):",
+    "def nvmlEventSetFree(self, event_set):\n"
+    "        threading.Event().wait()  # the driver stuck as the load ended\n"
+    "    def nvmlDeviceGetViolationStatus(self, handle, policy):",
+)
+
+SLOW_START = (
+    HUNG_START.replace(
+        "threading.Event().wait()  # cuInit (or the import) never returns",
+        "time.sleep(4)  # a cold import and CUDA's init: slow, past budget and grace, not hung\n"
+        "        return super().device_count()",
+    )
+    .replace("import sys, threading", "import sys, threading, time")
+    .replace(
+        "schedule.GRACE_SECONDS = schedule.START_SECONDS = 0.0", "schedule.GRACE_SECONDS = 2.0"
+    )
+)
+HUNG_HOLDING_THE_GIL = (
+    HUNG_START.replace(
+        "threading.Event().wait()  # cuInit (or the import) never returns",
+        "ctypes.PyDLL(None).sleep(3600)  # cuInit in a C call that never lets the GIL go",
+    )
+    .replace("import sys, threading", "import ctypes, sys, threading")
+    .replace(
+        "schedule.START_SECONDS = 0.0",
+        "schedule.START_SECONDS = 0.0\nschedule.BACKSTOP_SECONDS = 1.0",
+    )
 )
 
 
@@ -328,6 +358,16 @@ def test_a_framework_that_never_finishes_starting_ends_the_smoke_by_its_budget(t
     )
 
 
+def test_a_framework_start_slower_than_the_budget_is_not_called_hung(tmp_path):
+    """A cold ``import torch`` and CUDA's init can outlast the budget (30 s by default) plus
+    the 20 s grace on a healthy node: the start was failed as hung at that deadline, exit 1.
+    It gets START_SECONDS from its start; once started, checks past the budget are skipped."""
+    code, body = hung_smoke(tmp_path, "--budget-seconds", "1", script=SLOW_START)
+    assert "never finished starting" not in json.dumps(body), body
+    assert "context" not in body["outputs"]["failed-checks"], body
+    assert code == 0, body
+
+
 def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp_path):
     """The XID event set is made on the run's own thread before the load: a driver that
     never answers held the step there past its budget. Now it is watched: health fails."""
@@ -335,3 +375,25 @@ def test_an_xid_event_set_up_that_never_returns_ends_the_smoke_naming_health(tmp
     assert code == 1, body
     assert body["outputs"]["failed-checks"] == "health"
     assert "hung in the GPU or its driver" in body["headline"]
+
+
+def test_an_xid_event_set_free_that_never_returns_ends_the_smoke_naming_health(tmp_path):
+    """The XID listener's thread ended in time, but the set's last drain and its free run on
+    the run's own thread before health is read, unwatched: a driver stuck as the load ended
+    held the step there past its budget. Now they are watched: health fails as hung."""
+    code, body = hung_smoke(tmp_path, script=HUNG_XID_FREE, checks="health")
+    assert code == 1, body
+    assert body["outputs"]["failed-checks"] == "health"
+    assert "hung in the GPU or its driver" in body["headline"]
+
+
+def test_a_framework_start_hung_holding_the_gil_still_ends_the_step(tmp_path):
+    """torch's device query calls cuInit holding Python's GIL: stuck there, the watchdog's
+    thread never ran and the step hung past its budget for ever. faulthandler's C thread
+    ends it past the deadline instead: exit 1, the stuck call's stack on stderr."""
+    environ = clean_env(GPUCI_FAKE_NVML="h200", GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
+    args = ["gpu-smoke", "--json", "--checks", "context,gemm,memory,health",
+            "--budget-seconds", "1", "--report", str(tmp_path / "r.json")]  # fmt: skip
+    proc = run_python("-c", HUNG_HOLDING_THE_GIL, *args, env=environ, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "Timeout" in proc.stderr and "in device_count" in proc.stderr

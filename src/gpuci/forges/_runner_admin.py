@@ -102,11 +102,12 @@ class GitHubRunnerLabels(gh.GitHubReader):
         when known and that runner has this name; else by name in the repository's list, its
         organisation's and, when ``enterprise`` (a slug) is given, the enterprise's, refusing
         (:class:`Ambiguous`) when more than one of them holds a runner of that name."""
+        refused: GpuciError | None = None  # the file's lookup, said if the name finds none
         if identity is not None:
             try:
                 found = self.by_id(identity.runner_id, identity.base)
-            except GpuciError:  # a scope the token may not read: the file names it, not we
-                found = None
+            except GpuciError as exc:  # a scope the token may not read: the file names it
+                found, refused = None, exc
             if found is not None and found.name == name:
                 return found
             # The file names another runner, or none: the runner's root is a folder every job
@@ -136,6 +137,8 @@ class GitHubRunnerLabels(gh.GitHubReader):
                 "cannot say which runs this job",
                 hint="run it on the runner itself (its .runner file names its id), or rename one",
             )
+        if not held and refused is not None:
+            raise refused  # the runner's own scope refused us: "no such runner" would be false
         return held[0][0] if held else None
 
     def remove_label(self, runner: Runner, label: str) -> bool:

@@ -296,7 +296,7 @@ def _run(
     # A hang is reported by the watchdog's thread, which ends the process; this one waits.
     with Watchdog(budget, finish) as watchdog:
         if any(c in LOAD_CHECKS for c in checks):  # import, CUDA's init, the device query
-            with watchdog.running(_STARTING, _starting_hung(load.framework)):
+            with watchdog.starting(_STARTING, _starting_hung(load.framework)):
                 _prepare_load(load, inp, session, snapshot, notes, info)
         watched = (
             sorted({t.nvml_index for t in load.targets if t.nvml_index is not None}) or watched
@@ -433,7 +433,10 @@ def _run_checks(
                 session.abandon()
                 notes.append("clock sampling stuck in an NVML read: its samples end there")
     if "health" in checks and xids is not None:
-        for item in health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget):
+        # The XID set's last drain and its free are NVML calls on this thread: watched
+        with watchdog.running(_WATCHING) if watchdog else nullcontext():
+            items = health_checks(session, snapshot, watched, xids, sampler, inp, sizes, budget)
+        for item in items:
             record(watched_check(item, budget, watchdog))  # a stuck NVML read ends the run
         if xids.error:
             notes.append(f"XID listening stopped early: {xids.error}")

@@ -18,18 +18,23 @@ A check that never returns (a hung kernel, a hung synchronize) cannot be interru
 in this process, and a thread stuck in a CUDA call can be neither cancelled nor joined. The
 :class:`Watchdog` gives the load a hard deadline instead, the budget plus
 :data:`GRACE_SECONDS`: past it, the checks still running fail as hung, the smoke reports (the
-caller's ``finish``) and the process ends with ``os._exit``.
+caller's ``finish``) and the process ends with ``os._exit``. A call that hangs holding
+Python's GIL (a C extension's call that keeps it, as torch's device query may in cuInit)
+stops the watch too: faulthandler's own C thread, which needs no GIL, ends the process
+:data:`BACKSTOP_SECONDS` later, the threads' stacks on stderr, exit 1 (no report: no Python
+code can run then).
 """
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 from gpuci.gpu._smoke.checks import Budget, Outcome, Planned, run_check
@@ -40,6 +45,17 @@ SERIAL = frozenset({"nccl", "pcie"})  # checks that share a resource between GPU
 # the worst seen: docs/gpu-smoke.md) and the memory test stops at the deadline, so a check
 # still running 20 s later is stuck in the GPU or its driver, not slow.
 GRACE_SECONDS = 20.0
+# How long the framework's start (a cold ``import torch`` from a network filesystem, CUDA's
+# init on 8 GPUs without persistence mode: tens of seconds on a healthy node) is given from
+# its start when the budget's deadline is sooner: slow is not hung, as NVML's 120 s says.
+START_SECONDS = 120.0
+# How long past a check's hang deadline faulthandler ends the process, when the watch itself
+# could not run (a hung call holds the GIL): the watch reports first whenever it can.
+BACKSTOP_SECONDS = 60.0
+# How long the watch's report of a hang may take (quarantine's calls to the forge included)
+# before faulthandler ends the process anyway: a report stuck behind the hung call (the
+# dynamic loader's lock held by an import stuck on a filesystem) must not hold the step.
+REPORT_SECONDS = 300.0
 
 
 class Watchdog:
@@ -53,8 +69,8 @@ class Watchdog:
     def __init__(self, budget: Budget, finish: Callable[[list[Outcome]], int]) -> None:
         self._budget, self._finish = budget, finish
         self._lock = threading.Condition()  # a check started or the load ended: the watch looks
-        # thread -> (check, started, why it hung when not the GPU's kernel)
-        self._running: dict[int, tuple[Planned, float, str | None]] = {}
+        # thread -> (check, started, why it hung when not the GPU's kernel, when it is hung)
+        self._running: dict[int, tuple[Planned, float, str | None, float]] = {}
         self._waiting: list[Planned] = []  # planned, not started
         self._over = threading.Event()  # the load ended in time
         self._fired = False
@@ -64,6 +80,7 @@ class Watchdog:
     def __enter__(self) -> Watchdog:
         self.limit = max(self._budget.left(), 0.0) + GRACE_SECONDS
         self._deadline = time.monotonic() + self.limit
+        _backstop(self.limit + BACKSTOP_SECONDS)
         threading.Thread(target=self._watch, name="gpuci-watchdog", daemon=True).start()
         return self
 
@@ -74,6 +91,7 @@ class Watchdog:
             fired = self._fired
         if fired:  # the watch is reporting the hang: the process ends there, not here
             threading.Event().wait()
+        _backstop(None)
 
     def expect(self, plan: list[Planned]) -> None:
         """The checks this load will run, so a hang can name those it never started."""
@@ -81,12 +99,19 @@ class Watchdog:
             self._waiting += plan
 
     @contextmanager
-    def running(self, item: Planned, hung: str | None = None) -> Iterator[None]:
+    def running(
+        self, item: Planned, hung: str | None = None, at_least: float = 0.0
+    ) -> Iterator[None]:
         """Mark ``item`` as running on this thread for as long as the block lasts; ``hung``:
-        the reason it fails with if it never returns, when not a kernel's hang."""
+        the reason it fails with if it never returns, when not a kernel's hang; ``at_least``:
+        the seconds from its start it is given, when the budget's deadline is sooner."""
         key = threading.get_ident()
         with self._lock:
-            self._running[key] = (item, time.monotonic(), hung)
+            now = time.monotonic()
+            due = self._due(now, at_least)
+            self._running[key] = (item, now, hung, due)
+            if not self._fired:  # the latest check's due (once fired: the report's bound)
+                _backstop(due - now + BACKSTOP_SECONDS)
             self._waiting = [w for w in self._waiting if w is not item]
             self._lock.notify_all()
         try:
@@ -95,10 +120,15 @@ class Watchdog:
             with self._lock:
                 self._running.pop(key, None)
 
-    def _due(self, started: float) -> float:
+    def starting(self, item: Planned, hung: str) -> AbstractContextManager[None]:
+        """:meth:`running` for the framework's start: given :data:`START_SECONDS` at least."""
+        return self.running(item, hung, START_SECONDS)
+
+    def _due(self, started: float, at_least: float = 0.0) -> float:
         """When a check started at ``started`` is hung: the deadline, or for one started
-        past it (health after the load is never skipped) :data:`GRACE_SECONDS` after."""
-        return max(self._deadline, started + GRACE_SECONDS)
+        past it (health after the load is never skipped) :data:`GRACE_SECONDS` after (or
+        ``at_least``, when more)."""
+        return max(self._deadline, started + max(GRACE_SECONDS, at_least))
 
     def _watch(self) -> None:
         with self._lock:
@@ -106,19 +136,20 @@ class Watchdog:
                 if self._over.is_set():
                     return
                 now = time.monotonic()
-                dues = [self._due(started) for _, started, _ in self._running.values()]
+                dues = [due for _, _, _, due in self._running.values()]
                 if any(now >= due for due in dues):
                     break
                 self._lock.wait(min(dues) - now if dues else None)
             self._fired = True
+            _backstop(REPORT_SECONDS)  # this thread runs: the report's own bound
             running, waiting = list(self._running.values()), list(self._waiting)
-        stuck = [r for r in running if now >= self._due(r[1])]
+        stuck = [r for r in running if now >= r[3]]
         first = stuck[0][0]
         label = first.name if first.gpu is None else f"gpu{first.gpu}:{first.name}"
-        ended = [self._hung(item, started, why) for item, started, why in stuck]
+        ended = [self._hung(item, started, why, due) for item, started, why, due in stuck]
         ended += [  # started late, not yet overdue: not judged
             Outcome(w.name, w.gpu, "skip", f"not finished: the smoke ended at {label}'s hang")
-            for w, _, _ in running
+            for w, _, _, _ in running
             if all(w is not s[0] for s in stuck)
         ]
         ended += [
@@ -137,12 +168,12 @@ class Watchdog:
             _flush(sys.stdout, sys.stderr)
             os._exit(code)
 
-    def _hung(self, item: Planned, started: float, why: str | None) -> Outcome:
+    def _hung(self, item: Planned, started: float, why: str | None, due: float) -> Outcome:
         """A check that did not return: a finding about the GPU or its driver, as an
         all-reduce hung in the collective is (unless ``why`` says otherwise)."""
         within = f"{GRACE_SECONDS:g}s past the {self._budget.total:g}s budget"
-        if started + GRACE_SECONDS > self._deadline:
-            within = f"{GRACE_SECONDS:g}s of its start, past the {self._budget.total:g}s budget"
+        if due > self._deadline:
+            within = f"{due - started:.3g}s of its start, past the {self._budget.total:g}s budget"
         if why:  # its own words first: what they begin with decides quarantine
             reason = f"{why} (did not return within {within}; gpu-smoke ended its process)"
         else:
@@ -152,6 +183,18 @@ class Watchdog:
             )
         seconds = time.monotonic() - started
         return Outcome(item.name, item.gpu, "fail", reason, seconds=seconds, params=item.params)
+
+
+def _backstop(seconds: float | None) -> None:
+    """Arm faulthandler's end of the process ``seconds`` from now (None: disarm it): the last
+    resort when the watch cannot run. Never fails the run: without it the watch still does."""
+    try:
+        if seconds is None:
+            faulthandler.cancel_dump_traceback_later()
+        else:  # fd 2: sys.stderr may be a stream without one (captured in tests)
+            faulthandler.dump_traceback_later(max(seconds, 0.001), exit=True, file=2)
+    except (OSError, ValueError, RuntimeError):
+        pass
 
 
 def _flush(*streams: Any) -> None:
