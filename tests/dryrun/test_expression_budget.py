@@ -5,6 +5,7 @@ and the plan says so in one line (review E, finding 4: 20,000 env keys each sear
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 from dryrun.dryrun_testing import WORKFLOWS, write
 from gpuci.commands._dry_run import DryRunInputs
@@ -16,6 +17,15 @@ from gpuci.runtime import Runtime
 from gpuci_testing import clean_env
 
 BIG = 100_000
+
+
+def _planned_text(wf: Path) -> str:
+    """What the dry run of ``wf`` prints, and its summary, in this process."""
+    from gpuci.dryrun import run
+
+    out = io.StringIO()
+    result = run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
+    return out.getvalue() + "\n".join(result.summary)
 
 
 def _searching_env(keys: int) -> dict[str, str]:
@@ -71,11 +81,7 @@ jobs:
 """,
         f"{WORKFLOWS}/wf.yml",
     )
-    from gpuci.dryrun import run
-
-    out = io.StringIO()
-    result = run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
-    text = out.getvalue() + "\n".join(result.summary)
+    text = _planned_text(wf)
     assert text.count("this plan's expressions scanned over 1,000,000 characters;") == 1
     over = "this plan's expressions scanned over 1,000,000 characters"
     assert (
@@ -107,10 +113,6 @@ jobs:
 """,
         f"{WORKFLOWS}/wf.yml",
     )
-    from gpuci.dryrun import run
-
-    out = io.StringIO()
-    result = run(DryRunInputs(workflow=str(wf)), Runtime(clean_env(), stdout=out, stderr=out))
-    text = out.getvalue() + "\n".join(result.summary)
+    text = _planned_text(wf)
     assert text.count("this plan's expressions scanned over 1,000,000 characters;") == 1
     assert "its matrix is built at run time" in text
