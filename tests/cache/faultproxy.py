@@ -81,6 +81,9 @@ class FaultProxy:
         self.seen: list[tuple[str, str]] = []
         self.lock = threading.Lock()
         self.together = threading.Condition()
+        # Set by stop(): a delayed or held relay ends at once instead of sleeping out its rule
+        # (a killed client's 30 s delays had held the test's teardown 30 s).
+        self.stopping = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -134,8 +137,9 @@ class FaultProxy:
                 if action == "drop":
                     self.close_connection = True
                     return
-                if action == "delay":
-                    time.sleep(rule.seconds)
+                if action == "delay" and proxy.stopping.wait(rule.seconds):
+                    self.close_connection = True
+                    return
                 if action == "hold":
                     assert rule is not None
                     rule.release.wait(rule.seconds or 10.0)
@@ -180,7 +184,8 @@ class FaultProxy:
                     for start in range(0, len(data), 65536):
                         self.wfile.write(data[start : start + 65536])
                         self.wfile.flush()
-                        time.sleep(rule.seconds)
+                        if proxy.stopping.wait(rule.seconds):
+                            break
                     return
                 self.wfile.write(data)
 
@@ -203,6 +208,7 @@ class FaultProxy:
         """Stop serving, and end the relays still under way: a killed client's request may
         still be relaying megabytes, which a later test in this worker would count as its
         own memory (tracemalloc traces every thread)."""
+        self.stopping.set()
         self.server.shutdown()
         self.server.server_close()
         self.server.end_relays()
