@@ -62,4 +62,9 @@ fi
 bash "$root/scripts/install-clients.sh"
 export PATH="$venv/bin:$PATH"
 export VIRTUAL_ENV="$venv"
+# The suite starts thousands of Python processes (the CLI, moto, act's and gitlab-ci-local's
+# steps). Where the machine sets PYTHONDONTWRITEBYTECODE (CI images do), none keeps its
+# bytecode, so each compiled botocore, httpx or moto again from source (1-2 CPU-s a process:
+# half the suite's CPU on a 2-core runner). Bytecode goes to the gitignored __pycache__.
+unset PYTHONDONTWRITEBYTECODE
 exec "$@"
