@@ -1,6 +1,7 @@
 """Fixtures shared by every test folder; plain helpers live in gpuci_testing.py."""
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -50,6 +51,15 @@ SLOW_FIRST = (
     "tests/training/test_training_examples.py",
     "tests/pods/test_pods_runner_boot.py",
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a shell without job control (``cmd &`` in a
+    script, nohup) inherits SIGINT ignored, and so would every CLI it starts: the Ctrl-C tests
+    then each waited a minute and failed. Python's own handler is put back (xdist's workers run
+    this too); a child then starts with SIGINT at its default, as from a terminal."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own: one worker per CPU
