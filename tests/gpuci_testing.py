@@ -124,6 +124,39 @@ def run_cli(
     return run_python("-m", "gpuci", *args, env=env, cwd=cwd, timeout=timeout)
 
 
+def run_cli_here(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` in this process (no interpreter start-up, half a CPU-second a run): the
+    CLI's own ``main`` with ``env`` as the whole of ``os.environ``, in ``cwd`` (else the
+    repository), stdout and stderr captured; everything put back after. For tests of what a
+    command does, not of its process (signals, start-up, imports, a hang)."""
+    import io
+    import signal
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from gpuci.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_sigterm = signal.getsignal(signal.SIGTERM)  # main() may set its own
+    os.environ.clear()
+    os.environ.update(env if env is not None else clean_env())
+    try:
+        os.chdir(cwd or REPO)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --help
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        signal.signal(signal.SIGTERM, saved_sigterm)
+    return subprocess.CompletedProcess(["gpuci", *args], code, out.getvalue(), err.getvalue())
+
+
 class FileCommandError(RuntimeError):
     """A ``GITHUB_OUTPUT`` / ``GITHUB_ENV`` / ``GITHUB_STATE`` file the runner would reject."""
 
