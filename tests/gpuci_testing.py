@@ -124,6 +124,69 @@ def run_cli(
     return run_python("-m", "gpuci", *args, env=env, cwd=cwd, timeout=timeout)
 
 
+def run_cli_here(
+    *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """:func:`run_cli` in this process (no interpreter start-up, half a CPU-second a run): the
+    CLI's own ``main`` with ``env`` as the whole of ``os.environ``, in ``cwd`` (else the
+    repository), its output captured as a process's (:func:`_output_captured`); everything put
+    back after. For tests of what a command does, not of its process (signals, start-up,
+    imports, a hang)."""
+    import signal
+
+    from gpuci.cli import main
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_sigterm = signal.getsignal(signal.SIGTERM)  # main() may set its own
+    os.environ.clear()
+    os.environ.update(env if env is not None else clean_env())
+    try:
+        os.chdir(cwd or REPO)
+        with _output_captured() as texts:
+            try:
+                code = main(list(args))
+            except SystemExit as exc:  # argparse's usage errors and --help
+                code = exc.code if isinstance(exc.code, int) else 1
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        signal.signal(signal.SIGTERM, saved_sigterm)
+    return subprocess.CompletedProcess(["gpuci", *args], code, *texts)
+
+
+@contextmanager
+def _output_captured() -> Iterator[list[str]]:
+    """File descriptors 1 and 2 into files while inside, and ``sys.stdout`` / ``sys.stderr``
+    onto them as a process's are (what a library or a child writes there is caught too);
+    then the list holds (stdout, stderr) and all is put back."""
+    import tempfile
+
+    texts: list[str] = []
+    saved_streams = sys.stdout, sys.stderr
+    for stream in saved_streams:
+        stream.flush()
+    saved_fds = os.dup(1), os.dup(2)
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            os.dup2(out.fileno(), 1)
+            os.dup2(err.fileno(), 2)
+            utf8: dict[str, Any] = {"encoding": "utf-8", "closefd": False}
+            with (
+                open(1, "w", **utf8) as sys.stdout,
+                open(2, "w", errors="backslashreplace", **utf8) as sys.stderr,
+            ):
+                yield texts
+        finally:
+            sys.stdout, sys.stderr = saved_streams
+            for fd, saved in zip((1, 2), saved_fds, strict=True):
+                os.dup2(saved, fd)
+                os.close(saved)
+        for file in (out, err):
+            file.seek(0)
+            texts.append(file.read().decode("utf-8", "replace"))
+
+
 class FileCommandError(RuntimeError):
     """A ``GITHUB_OUTPUT`` / ``GITHUB_ENV`` / ``GITHUB_STATE`` file the runner would reject."""
 

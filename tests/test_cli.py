@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from gpuci.commands import all_commands, iter_leaf_commands
-from gpuci_testing import clean_env, gh_env, parse_file_command, run_cli
+from gpuci_testing import clean_env, gh_env, parse_file_command, run_cli, run_cli_here
 
 ACTION_COMMANDS = ("gpu-setup", "cache-weights", "retry-fetch", "gpu-smoke", "dry-run")
 
@@ -40,18 +40,18 @@ def test_help_does_not_import_heavy_libraries():
 
 def test_every_input_is_a_flag_of_the_same_name():
     for full_name, cmd in iter_leaf_commands():
-        proc = run_cli(*full_name.split(), "--help")
+        proc = run_cli_here(*full_name.split(), "--help")
         assert proc.returncode == 0, proc.stderr
         for spec in cmd.inputs:
             assert f"--{spec.name}" in proc.stdout, (full_name, spec.name)
 
 
 def test_malformed_input_exit_2_names_the_input():
-    proc = run_cli("gpu-setup", "--min-memory-gb", "lots")
+    proc = run_cli_here("gpu-setup", "--min-memory-gb", "lots")
     assert proc.returncode == 2
     assert "min-memory-gb" in proc.stdout and "'lots'" in proc.stdout
     assert "Traceback" not in proc.stdout + proc.stderr
-    proc = run_cli("gpu-setup", env=clean_env(**{"INPUT_MIN-MEMORY-GB": "lots"}))
+    proc = run_cli_here("gpu-setup", env=clean_env(**{"INPUT_MIN-MEMORY-GB": "lots"}))
     assert proc.returncode == 2
     assert "INPUT_MIN-MEMORY-GB" in proc.stdout
 
@@ -98,14 +98,14 @@ def test_usage_errors_are_one_line_naming_the_command_and_the_fix():
         (("cache-weights", "restore", "--key"), "cache-weights restore", "expected one argument"),
         (("nosuch",), "", "invalid choice: 'nosuch'"),
     ):
-        proc = run_cli(*args)
+        proc = run_cli_here(*args)
         assert proc.returncode == 2
         prog = f"python -m gpuci {where}".strip()
         assert proc.stderr.splitlines() == [
             f"{prog}: bad input: {proc.stderr.split(': bad input: ')[1].strip()}"
         ]
         assert needle in proc.stderr and f"(fix: see {prog} --help)" in proc.stderr
-    proc = run_cli("gpu-setup", "--nosuch", env=clean_env(GITHUB_ACTIONS="true"))
+    proc = run_cli_here("gpu-setup", "--nosuch", env=clean_env(GITHUB_ACTIONS="true"))
     assert proc.returncode == 2
     assert proc.stdout == (
         "::error title=gpu-ci%3A bad input::python -m gpuci gpu-setup: unrecognized arguments: "
@@ -160,13 +160,13 @@ def test_boolean_outputs_are_false_not_empty_after_an_error(tmp_path):
         (("gate", "--metrics", "m.json"), "passed"),  # no rules: bad input
         (restore, "cache-hit"),
     ):
-        body = json.loads(run_cli(*args, "--json", cwd=tmp_path).stdout)
+        body = json.loads(run_cli_here(*args, "--json", cwd=tmp_path).stdout)
         assert body["exit_code"] == 2, body
         assert body["outputs"][name] == "false", (args, body["outputs"])
     out = tmp_path / "out"
     out.write_text("")
     env = clean_env(GITHUB_ACTIONS="true", GITHUB_OUTPUT=str(out))
-    assert run_cli("gpu-smoke", "--checks", "bogus", env=env, cwd=tmp_path).returncode == 2
+    assert run_cli_here("gpu-smoke", "--checks", "bogus", env=env, cwd=tmp_path).returncode == 2
     assert parse_file_command(out.read_text(), "GITHUB_OUTPUT") == {"passed": "false"}
 
 
@@ -283,25 +283,25 @@ def test_every_action_is_a_command_of_the_same_name(tmp_path):
     assert {"gpu-pod", "metric-gate"} <= set(names)
     for name in names:
         assert command_named(name) is not None, name
-        proc = run_cli(name, "--help")
+        proc = run_cli_here(name, "--help")
         assert proc.returncode == 0 and "usage:" in proc.stdout, (name, proc.stderr)
     assert command_named("metric-gate") is command_named("gate")
     assert command_named("gpu-pod") is command_named("pods")
     # Same command, same result: the plain reading (no argparse) and argparse's.
     for words in (["ls", "--dry-run", "--json"], ["ls", "--dry-run", "--json", "--all"]):
         env = clean_env(GPUCI_PODS_LEDGER=str(tmp_path / "ledger"))
-        alias, real = run_cli("gpu-pod", *words, env=env), run_cli("pods", *words, env=env)
+        alias, real = (run_cli_here(name, *words, env=env) for name in ("gpu-pod", "pods"))
         assert alias.returncode == real.returncode == 0, alias.stdout + alias.stderr
         assert json.loads(alias.stdout) == json.loads(real.stdout)
     metrics = tmp_path / "m.json"
     metrics.write_text('{"acc": 0.5}')
     env = clean_env()
     args = ("--metrics", str(metrics), "--min", "acc=0.9", "--output-dir", str(tmp_path), "--json")
-    gate = run_cli("metric-gate", *args, env=env, cwd=tmp_path)
+    gate = run_cli_here("metric-gate", *args, env=env, cwd=tmp_path)
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert json.loads(gate.stdout)["outputs"]["passed"] == "false"
     assert json.loads(gate.stdout)["command"] == "gate"
-    help_text = run_cli("--help").stdout
+    help_text = run_cli_here("--help").stdout
     assert "gate (metric-gate)" in help_text and "pods (gpu-pod)" in help_text
 
 

@@ -21,7 +21,7 @@ from gpuci.dryrun import classify_uses
 from gpuci.dryrun._calls import network_needed
 from gpuci.dryrun._contexts import hash_files
 from gpuci.dryrun._expressions import Unknown
-from gpuci_testing import REPO, clean_env, run_cli
+from gpuci_testing import REPO, clean_env, run_cli_here
 
 
 def test_classify_uses():
@@ -157,7 +157,7 @@ def test_job_filter_and_errors(tmp_path):
         (["nope.yml"], ["here: .github/workflows/train.yml"]),  # the hint names what is here
         ([".github"], ["workflow file .github is a folder"]),
     ):
-        proc = run_cli("dry-run", *args, cwd=tmp_path)
+        proc = run_cli_here("dry-run", *args, cwd=tmp_path)
         assert proc.returncode == 2, args
         assert all(text in proc.stdout for text in expected), (args, proc.stdout)
         assert "Traceback" not in proc.stdout + proc.stderr
@@ -562,7 +562,7 @@ def test_no_network_without_probe(tmp_path):
             AWS_SECRET_ACCESS_KEY="secretsecret",
             AWS_EC2_METADATA_DISABLED="true",
         )
-        proc = run_cli("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
+        proc = run_cli_here("dry-run", str(wf), "--json", env=env, cwd=tmp_path)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert server.connections == 0
         fetch, restore, pods = steps_of(proc)
@@ -577,10 +577,10 @@ def test_no_network_without_probe(tmp_path):
             ["retry-fetch", "--url", f"{server.url}/m.bin", "--dry-run"],
             ["pods", "ls", "--dry-run"],
         ):
-            done = run_cli(*args, env=env, cwd=tmp_path)
+            done = run_cli_here(*args, env=env, cwd=tmp_path)
             assert done.returncode == 0, done.stdout + done.stderr
         assert server.connections == 0
-        proc = run_cli("dry-run", str(wf), "--json", "--probe", env=env, cwd=tmp_path)
+        proc = run_cli_here("dry-run", str(wf), "--json", "--probe", env=env, cwd=tmp_path)
         assert "Traceback" not in proc.stdout + proc.stderr
         assert server.connections > 0
         assert json.loads(proc.stdout)["report"]["probe"] is True

@@ -11,7 +11,7 @@ import pytest
 from dryrun.dryrun_testing import WORKFLOWS, dry_run, one_job, plan, plan_steps, write
 from gpuci.dryrun._expressions import Partial, Unknown, condition, evaluate, opaque
 from gpuci.dryrun._jobs import nothing_failed as ok  # the status functions where nothing failed
-from gpuci_testing import gh_env, run_cli
+from gpuci_testing import gh_env, run_cli_here
 
 # Each workflow is in the checkout tmp_path, where each dry run runs too.
 WF, CALLED_WF = f"{WORKFLOWS}/wf.yml", f"{WORKFLOWS}/called.yml"
@@ -248,7 +248,7 @@ def test_the_plan_goes_to_stdout_and_progress_to_stderr(tmp_path):
 def test_in_github_actions_the_plan_is_grouped_by_job_in_the_log(tmp_path):
     wf = one_job(tmp_path, VARS, WF)
     env = gh_env(tmp_path, HOME=str(tmp_path))
-    proc = run_cli(
+    proc = run_cli_here(
         "dry-run", str(wf), "--var", "GPU_TESTS=on", "--var", "MEM=1", env=env, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

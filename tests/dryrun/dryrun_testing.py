@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 WORKFLOWS = ".github/workflows"  # a workflow here makes its folder the checkout (workspace)
 
@@ -44,8 +44,10 @@ def dry_run(
     tmp_path: Path, wf: Path | str, *args: str, cwd: Path | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:
     """``gpuci dry-run wf args`` with HOME in ``tmp_path`` (an empty embedded store: a cache
-    would miss) and ``env`` over a clean environment, run in ``cwd`` (else the repository)."""
-    return run_cli("dry-run", str(wf), *args, env=clean_env(HOME=str(tmp_path), **env), cwd=cwd)
+    would miss) and ``env`` over a clean environment, run in ``cwd`` (else the repository);
+    in this process (:func:`run_cli_here`): a plan is what these tests check, not a process."""
+    env = clean_env(HOME=str(tmp_path), **env)
+    return run_cli_here("dry-run", str(wf), *args, env=env, cwd=cwd)
 
 
 def steps_of(proc: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from gpuci.pods._runpod import plan
 from gpuci.pods._runpod.client import RunPodClient, RunPodError
 from gpuci.pods._runpod.naming import new_tag
 from gpuci.runtime import Runtime
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 SUBS = {c.name: c for c in spec.COMMAND.subcommands}
 L40S = "NVIDIA L40S"
@@ -56,15 +56,15 @@ def api_env(fake: Any, tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def smoke(tmp_path: Path, store: str, nvml: str, **where: str) -> None:
     """gpu-smoke as a pod runs it (``where``: RUNPOD_DC_ID, RUNPOD_POD_ID ...) on fake GPUs
-    ``nvml``, recording into the GPU health ``store``; fails on any verdict but the expected
-    one (a failure for an ``ecc`` profile, else a pass)."""
+    ``nvml``, recording into the GPU health ``store``, in this process; fails on any verdict
+    but the expected one (a failure for an ``ecc`` profile, else a pass)."""
     environ = clean_env(
         GPUCI_JOURNAL=str(tmp_path / "smoke-journal.jsonl"),
         GPUCI_FAKE_NVML=nvml,
         GPUCI_GPU_HEALTH_STORE=store,
         **where,
     )
-    proc = run_cli("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path, timeout=120)
+    proc = run_cli_here("gpu-smoke", "--framework", "none", env=environ, cwd=tmp_path)
     assert proc.returncode == (1 if "ecc" in nvml else 0), proc.stdout + proc.stderr
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 ROOT = "gpu-health/verdicts"
 
 
 def cli(tmp_path: Path, *args: str, **env: str):
     environ = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"), **env)
-    proc = run_cli(*args, env=environ, cwd=tmp_path, timeout=120)
+    proc = run_cli_here(*args, env=environ, cwd=tmp_path)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 

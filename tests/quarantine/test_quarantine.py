@@ -1,8 +1,8 @@
 """gpu-smoke's ``on-failure: quarantine`` and ``runners release``, as a runner runs them.
 
-Each test runs the CLI in a subprocess with the fake NVML (an A GPU with ECC errors is a
-hardware verdict) against fake GitHub and GitLab runner APIs on 127.0.0.1, and searches every
-line of output for every token.
+Each test runs the CLI (its own ``main``, in this process: what it does is tested here, not
+its process) with the fake NVML (an A GPU with ECC errors is a hardware verdict) against fake
+GitHub and GitLab runner APIs on 127.0.0.1, and searches every line of output for every token.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 
 from forges.fake_forges import FakeForges
 from forges.forge_base import GH
-from gpuci_testing import clean_env, run_cli, run_python
+from gpuci_testing import clean_env, run_cli_here, run_python
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BAD_GPU = "h200:ecc+=1,h200"
@@ -45,7 +45,7 @@ def cli(tmp_path: Path, api: FakeForges, *args: str, **env: str):
         GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
         **env,
     )
-    proc = run_cli(*args, env=environ, cwd=tmp_path, timeout=120)
+    proc = run_cli_here(*args, env=environ, cwd=tmp_path)
     # ::add-mask:: is how a token is masked: the runner never shows that line
     shown = (proc.stdout + proc.stderr).splitlines()
     everything = "\n".join(ln for ln in shown if not ln.startswith("::add-mask::"))

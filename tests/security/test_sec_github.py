@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from forges.fake_github import BOT_ID, FakeGitHub
-from gpuci_testing import run_cli
+from gpuci_testing import run_cli_here
 
 REPO = "acme/models"
 PR = 7
@@ -38,7 +38,7 @@ def report_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]
 
 
 def report(env: dict[str, str]):
-    return run_cli("report", "--comment", "--gpu-minutes", "1", env=env)
+    return run_cli_here("report", "--comment", "--gpu-minutes", "1", env=env)
 
 
 def planted_marker(fake: FakeGitHub) -> dict[str, Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 
 def one_line(proc, code: int) -> None:
@@ -20,14 +20,14 @@ def one_line(proc, code: int) -> None:
 def test_dry_run_of_a_file_that_is_not_utf8(tmp_path):
     workflow = tmp_path / "w.yml"
     workflow.write_bytes(b"jobs:\n  a:\n    steps:\n      - name: \xff\xfe\n")
-    proc = run_cli("dry-run", str(workflow))
+    proc = run_cli_here("dry-run", str(workflow))
     one_line(proc, 2)
     assert "not UTF-8" in proc.stdout
 
 
 @pytest.mark.parametrize("ttl", ["99999999999999w", "9" * 400])
 def test_a_ttl_past_every_clock(ttl):
-    proc = run_cli(
+    proc = run_cli_here(
         "pods",
         "up",
         "--dry-run",
@@ -57,7 +57,7 @@ def test_a_ttl_past_every_clock(ttl):
 )
 def test_runpod_answers_of_the_wrong_shape(runpod, body):
     url = runpod(200, body)
-    proc = run_cli("pods", "ls", env=clean_env(RUNPOD_API_KEY="k" * 24, RUNPOD_API_URL=url))
+    proc = run_cli_here("pods", "ls", env=clean_env(RUNPOD_API_KEY="k" * 24, RUNPOD_API_URL=url))
     one_line(proc, 3)
     assert "RunPod API answered" in proc.stdout
 
@@ -73,5 +73,5 @@ def test_runpod_answers_of_the_wrong_shape(runpod, body):
 def test_more_runpod_shapes(runpod, command, body):
     url = runpod(200, body)
     env = clean_env(RUNPOD_API_KEY="k" * 24, RUNPOD_API_URL=url, USER="t")
-    proc = run_cli("pods", *command, env=env)
+    proc = run_cli_here("pods", *command, env=env)
     one_line(proc, 3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpuci_testing import clean_env, run_cli, run_python
+from gpuci_testing import clean_env, run_cli, run_cli_here, run_python
 
 BLOCKER = """
 import sys
@@ -24,9 +24,13 @@ sys.exit(code)
 """
 
 
-def smoke(tmp_path: Path, *args: str, **env: str):
+def smoke(tmp_path: Path, *args: str, process: bool = False, **env: str):
+    """``gpuci gpu-smoke ARGS`` with ``env``, its journal in ``tmp_path``: in this process
+    (:func:`run_cli_here`), or with ``process`` in a fresh interpreter of its own."""
     environ = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"), **env)
-    return run_cli("gpu-smoke", *args, env=environ, cwd=tmp_path, timeout=60)
+    if process:
+        return run_cli("gpu-smoke", *args, env=environ, cwd=tmp_path, timeout=60)
+    return run_cli_here("gpu-smoke", *args, env=environ, cwd=tmp_path)
 
 
 def test_health_only_run_passes_and_writes_the_report(tmp_path):
@@ -52,9 +56,8 @@ def test_health_only_run_passes_and_writes_the_report(tmp_path):
 
 
 def test_xid_across_the_process_boundary_fails_with_exit_1(tmp_path):
-    proc = smoke(
-        tmp_path, "--json", "--framework", "none", GPUCI_FAKE_NVML="h100-sxm:xid=79,h100-sxm"
-    )
+    nvml = "h100-sxm:xid=79,h100-sxm"
+    proc = smoke(tmp_path, "--json", "--framework", "none", process=True, GPUCI_FAKE_NVML=nvml)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     body = json.loads(proc.stdout)
     assert body["outputs"]["passed"] == "false"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from training_cli import run_gate, write_json
 
-from gpuci_testing import gh_env, parse_file_command, run_cli
+from gpuci_testing import gh_env, parse_file_command, run_cli_here
 
 
 def read_outputs(path: Path) -> dict[str, str]:
@@ -39,7 +39,7 @@ def test_failing_gate_in_actions_exit_1_with_outputs_table_and_annotation(tmp_pa
         INPUT_MAX_REGRESSION="accuracy=0.01",
         INPUT_OUTPUT_DIR=str(tmp_path / "o"),
     )
-    proc = run_cli("gate", env=env)
+    proc = run_cli_here("gate", env=env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     outputs = read_outputs(tmp_path / "out")
     assert outputs["passed"] == "false"
@@ -75,7 +75,7 @@ def test_baseline_absent_warns_and_skips_regression(tmp_path):
 
 def test_missing_metrics_file_fails_with_cause_and_fix(tmp_path):
     env = gh_env(tmp_path, INPUT_METRICS=str(tmp_path / "absent.json"), INPUT_MIN="acc=0.5")
-    proc = run_cli("gate", "--output-dir", str(tmp_path / "o"), env=env)
+    proc = run_cli_here("gate", "--output-dir", str(tmp_path / "o"), env=env)
     assert proc.returncode == 1
     assert read_outputs(tmp_path / "out")["passed"] == "false"
     assert "absent.json not found" in proc.stdout and "(fix: " in proc.stdout

@@ -21,7 +21,7 @@ from gpuci.runtime import markdown_table
 from gpuci.training import _ci as ci
 from gpuci.training import _provenance as provenance
 from gpuci.training import _report as report
-from gpuci_testing import clean_env, gh_env, run_cli
+from gpuci_testing import clean_env, gh_env, run_cli_here
 
 DEEP = "[" * 100_000 + "]" * 100_000
 HUGE_INT = '{"eval": {"accuracy": ' + "9" * 5001 + "}}"
@@ -147,7 +147,7 @@ def test_report_comment_is_inert_whatever_the_gate_report_holds(tmp_path):
     assert "+0.25" in body  # the numeric delta row is kept, the others left out
 
     path = write_json(tmp_path / "gate.json", record)
-    proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
+    proc = run_cli_here("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -156,7 +156,7 @@ def test_report_inputs_that_are_not_usable_exit_2_in_one_line(tmp_path, content)
     for flag in ("--gate-report", "--provenance"):
         path = tmp_path / "in.json"
         path.write_text(content)
-        proc = run_cli("report", flag, str(path), env=clean_env(), cwd=tmp_path)
+        proc = run_cli_here("report", flag, str(path), env=clean_env(), cwd=tmp_path)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert "is not usable: it " in proc.stdout
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stdout
@@ -272,7 +272,7 @@ def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, 
     gate_path = write_json(tmp_path / "gate.json", {"passed": True, "rows": []})
     prov_path = write_json(tmp_path / "p.json", prov)
     args = ("--gate-report", str(gate_path), "--provenance", str(prov_path))
-    proc = run_cli("report", *args, env=clean_env(), cwd=tmp_path)
+    proc = run_cli_here("report", *args, env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"- **Provenance:** {shown}\n" in proc.stdout + "\n"
 
@@ -289,7 +289,7 @@ def test_a_provenance_record_of_another_shape_is_reported_not_a_crash(tmp_path, 
 )
 def test_a_gate_report_of_another_shape_is_reported_not_a_crash(tmp_path, record):
     path = write_json(tmp_path / "gate.json", record)
-    proc = run_cli("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
+    proc = run_cli_here("report", "--gate-report", str(path), env=clean_env(), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     verdict = "gate passed" if record["passed"] else "gate failed"
     assert proc.stdout.startswith(f"report: ok: {verdict}; comment skipped"), proc.stdout
@@ -307,7 +307,7 @@ def test_a_gpu_setup_time_that_is_no_time_in_this_job_is_not_measured(tmp_path, 
 def test_a_gpu_setup_time_in_the_journal_never_stops_report(tmp_path):
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
     journal.record("gpu-setup", {"gpus": [{}], "time": "abc"}, env)
-    proc = run_cli("report", env=env, cwd=tmp_path)
+    proc = run_cli_here("report", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "**GPU time:** not measured (the gpu-setup record's time is missing" in proc.stdout
 
@@ -349,7 +349,7 @@ def test_a_metrics_path_that_cannot_be_looked_at_fails_the_gate_in_one_line(tmp_
     _one_line_no_traceback(proc, "baseline file")
     too_long = str(tmp_path / TOO_LONG)
     flags = ("--metrics", too_long, "--baseline", too_long, "--min", "a=1")
-    proc = run_cli("gate", *flags, env=clean_env(GPUCI_DRY_RUN="true"), cwd=tmp_path)
+    proc = run_cli_here("gate", *flags, env=clean_env(GPUCI_DRY_RUN="true"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "not there yet (training writes it)" in proc.stdout, proc.stdout
 
@@ -361,11 +361,11 @@ def test_a_journal_record_naming_no_usable_path_is_passed_over(tmp_path, path):
     ended report and provenance in an internal error (Path(5): TypeError)."""
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
     journal.record("provenance", {"record": path}, env)
-    proc = run_cli("report", env=env, cwd=tmp_path)
+    proc = run_cli_here("report", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     journal.record("gate", {"passed": False, "rows": [], "metrics_path": path}, env)
     (tmp_path / "model.pt").write_bytes(b"w")
-    proc = run_cli("provenance", "--artifacts", "model.pt", env=env, cwd=tmp_path)
+    proc = run_cli_here("provenance", "--artifacts", "model.pt", env=env, cwd=tmp_path)
     text = proc.stdout + proc.stderr
     assert proc.returncode == 0, text
     assert "internal error" not in text and "Traceback" not in text, text

@@ -23,7 +23,7 @@ from gpuci.training._charts import metric_charts
 from gpuci.training._metrics import as_number
 from gpuci.training._report import charts_markdown, gate_markdown
 from gpuci.training._rules import fmt, numeric_deltas
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 HUGE = 1.7e308
 BIG_INT = 10**350  # valid JSON (untrusted_json allows 400 digits), beyond any float
@@ -101,7 +101,7 @@ def test_a_huge_value_in_the_history_is_dropped_and_report_goes_on(tmp_path):
          "rule": "acc >= 0.9"}]}  # fmt: skip
     (tmp_path / "gate.json").write_text(json.dumps(gate))
     args = ("--gate-report", str(tmp_path / "gate.json"), "--history", (tmp_path / "hist").as_uri())
-    proc = run_cli("report", *args, "--json", env=clean_env(), cwd=tmp_path)
+    proc = run_cli_here("report", *args, "--json", env=clean_env(), cwd=tmp_path)
     _no_internal_error(proc)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (chart,) = json.loads(proc.stdout)["report"]["charts"]

@@ -9,7 +9,7 @@ from pathlib import Path
 from training_cli import answer, cli_json, github_env, run_gate
 
 from gpuci import journal
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 
 def sha256(path: Path) -> str:
@@ -104,10 +104,11 @@ def test_provenance_command_reads_the_gate_from_the_journal(tmp_path):
 def test_missing_artifact_fails_and_dry_run_writes_nothing(tmp_path):
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
     out = ("--output-dir", str(tmp_path / "o"))
-    proc = run_cli("provenance", "--artifacts", str(tmp_path / "nope"), *out, env=env)
+    proc = run_cli_here("provenance", "--artifacts", str(tmp_path / "nope"), *out, env=env)
     assert proc.returncode == 1 and "matches no file" in proc.stdout
     (tmp_path / "m.bin").write_bytes(b"x" * 2048)
-    proc = run_cli("provenance", "--dry-run", "--artifacts", str(tmp_path / "m.bin"), *out, env=env)
+    model = str(tmp_path / "m.bin")
+    proc = run_cli_here("provenance", "--dry-run", "--artifacts", model, *out, env=env)
     assert proc.returncode == 0, proc.stdout
     assert "1 file(s), 2.0 KiB" in proc.stdout
     assert not (tmp_path / "o").exists() and not (tmp_path / "j.jsonl").exists()

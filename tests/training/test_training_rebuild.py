@@ -12,7 +12,7 @@ from pathlib import Path
 
 from training_cli import answer, cli_json, github_env, run_gate
 
-from gpuci_testing import run_cli
+from gpuci_testing import run_cli_here
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -105,7 +105,7 @@ def test_replaying_a_hostile_record_prints_no_injected_line(tmp_path):
         + " --store file:///s --path 'ok dir'"
     ]
     assert len(got["report"]["skipped"]) == 2
-    proc = run_cli("provenance", "--record", str(record), env=env)
+    proc = run_cli_here("provenance", "--record", str(record), env=env)
     assert "\n::error::owned" not in proc.stdout + proc.stderr
     bad = cli_json(env, "provenance", "--record", str(tmp_path / "missing.json"))
     assert bad["rc"] == 2

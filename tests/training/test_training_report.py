@@ -15,7 +15,7 @@ from gpuci.cache._stores.file import LocalStore
 from gpuci.training import _ci as ci
 from gpuci.training import _history as history
 from gpuci.training import _report as report
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 
 @pytest.fixture
@@ -107,7 +107,7 @@ def test_report_command_from_the_journal_and_retry_on_502(tmp_path, github):
     assert gate(tmp_path, env, 0.95).returncode == 0  # no --comment: nothing posted
     assert github.state.requests == []
     github.state.answer_first = [502]  # one transient failure, retried
-    proc = run_cli("report", "--comment", "--gpu-minutes", "12.5", env=env)
+    proc = run_cli_here("report", "--comment", "--gpu-minutes", "12.5", env=env)
     assert proc.returncode == 0, proc.stdout
     comment = github.state.comments[f"{REPO}#7"][0]
     assert "12.5 GPU-minutes (as given)" in comment["body"]
@@ -119,7 +119,7 @@ def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
     """POST isn't idempotent: after a 502 that did create the comment, the retry updates it."""
     env = pr_env(tmp_path, github)
     github.state.lose_answers = 1
-    proc = run_cli("report", "--comment", "--gpu-minutes", "3", env=env)
+    proc = run_cli_here("report", "--comment", "--gpu-minutes", "3", env=env)
     assert proc.returncode == 0, proc.stdout
     ours = [c for c in github.state.comments[f"{REPO}#7"] if c["user"]["login"] == "bot"]
     assert len(ours) == 1
@@ -131,39 +131,39 @@ def test_a_lost_create_response_is_not_posted_twice(tmp_path, github):
 def test_skips_without_token_or_outside_a_pull_request(tmp_path, github):
     env = pr_env(tmp_path, github)
     del env["GITHUB_TOKEN"]
-    proc = run_cli("report", "--comment", env=env)
+    proc = run_cli_here("report", "--comment", env=env)
     assert proc.returncode == 0
     assert "PR comment skipped: no token" in proc.stdout
     env = pr_env(tmp_path, github, GITHUB_EVENT_NAME="push")
     (tmp_path / "event.json").write_text(json.dumps({"ref": "refs/heads/main"}))
-    proc = run_cli("report", "--comment", env=env)
+    proc = run_cli_here("report", "--comment", env=env)
     assert proc.returncode == 0 and "PR comment skipped: not a pull request" in proc.stdout
     assert github.state.requests == []
 
 
 def test_rejected_token_is_bad_input_and_forbidden_is_a_warning(tmp_path, github):
     env = pr_env(tmp_path, github, GITHUB_TOKEN="ghs_wrongtoken")
-    proc = run_cli("report", "--comment", env=env)
+    proc = run_cli_here("report", "--comment", env=env)
     assert proc.returncode == 2
     assert "GitHub rejected the token" in proc.stdout
     shown = [ln for ln in proc.stdout.splitlines() if not ln.startswith("::add-mask::")]
     assert "ghs_wrongtoken" not in "\n".join(shown)
     env = pr_env(tmp_path, github)
     github.state.answer_first = [403]
-    proc = run_cli("report", "--comment", env=env)
+    proc = run_cli_here("report", "--comment", env=env)
     assert proc.returncode == 0
     assert "::warning" in proc.stdout and "fork PRs get a read-only token" in proc.stdout
 
 
 def test_unreachable_api_is_infra_error(tmp_path, github):
     env = pr_env(tmp_path, github, GITHUB_API_URL="http://127.0.0.1:9/api/v3")
-    proc = run_cli("report", "--comment", env=env)
+    proc = run_cli_here("report", "--comment", env=env)
     assert proc.returncode == 3 and "cannot reach the GitHub API" in proc.stdout
 
 
 def test_dry_run_says_it_would_post_and_sends_nothing(tmp_path, github):
     env = pr_env(tmp_path, github)
-    proc = run_cli("report", "--comment", "--dry-run", env=env)
+    proc = run_cli_here("report", "--comment", "--dry-run", env=env)
     assert proc.returncode == 0, proc.stdout
     assert "would post or update the sticky comment on acme/models#7" in proc.stdout
     assert github.state.requests == []
@@ -183,7 +183,7 @@ def test_no_baseline_note_only_when_regression_rules_were_asked():
 
 def test_report_without_a_gate_says_so_plainly(tmp_path):
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"))
-    proc = run_cli("report", env=env, cwd=tmp_path)
+    proc = run_cli_here("report", env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines()[0] == "report: ok: no gate ran in this job; comment skipped"
 
@@ -226,7 +226,7 @@ def test_a_marker_quoted_in_another_report_does_not_make_it_that_reports(tmp_pat
 def test_a_marker_that_could_end_its_html_comment_is_bad_input(tmp_path, marker):
     path = write_json(tmp_path / "gate.json", {"passed": True, "rows": []})
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_cli("report", "--gate-report", str(path), "--marker", marker, env=env)
+    proc = run_cli_here("report", "--gate-report", str(path), "--marker", marker, env=env)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     first = proc.stdout.splitlines()[0]
     assert first.startswith("report: bad input: input 'marker' is "), proc.stdout

@@ -12,7 +12,7 @@ from training_cli import cli_json, run_gate
 from forges.fake_github import FakeGitHub
 from gpuci import journal
 from gpuci.training import _report as report
-from gpuci_testing import clean_env, parse_file_command, run_cli
+from gpuci_testing import clean_env, parse_file_command, run_cli_here
 
 _RULE = {"kind": "min", "metric": "acc", "rule": "acc >= 0.5"}
 FAILED_ROW = {**_RULE, "value": 0.1, "passed": False, "verdict": "FAIL: below 0.5"}
@@ -33,7 +33,7 @@ def test_a_report_passes_only_when_it_and_every_row_say_true(tmp_path, gate):
     assert report.verdict_markdown(gate).startswith("### ❌ Model gate failed")
     (tmp_path / "g.json").write_text(json.dumps(gate))
     env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    proc = run_cli("report", "--gate-report", str(tmp_path / "g.json"), "--json", env=env)
+    proc = run_cli_here("report", "--gate-report", str(tmp_path / "g.json"), "--json", env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     answer = json.loads(proc.stdout)
     assert answer["headline"].startswith("gate failed"), answer["headline"]

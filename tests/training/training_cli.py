@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gpuci_testing import clean_env, run_cli
+from gpuci_testing import clean_env, run_cli_here
 
 REPO = "acme/models"
 MARKER = "<!-- gpuci-report:training -->"
@@ -61,7 +61,7 @@ def run_gate(
         args += ["--baseline", str(write_json(tmp_path / "b.json", baseline))]
     if env is None:
         env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    return run_cli("gate", *args, *flags, "--output-dir", str(tmp_path / "o"), env=env)
+    return run_cli_here("gate", *args, *flags, "--output-dir", str(tmp_path / "o"), env=env)
 
 
 def answer(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -73,4 +73,4 @@ def answer(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def cli_json(env: dict[str, str], *args: str) -> dict[str, Any]:
     """``gpuci ARGS --json``: its answer, with the exit code as ``rc``."""
-    return answer(run_cli(*args, "--json", env=env))
+    return answer(run_cli_here(*args, "--json", env=env))
