@@ -210,7 +210,7 @@ def test_wanproxy_parse_wan_refuses_nonsense():
     [
         ("wanproxy", "m"),  # --wan's default shape, at its --small size
         # cpuproxy copies every byte through Python: a smaller shape, the same rows
-        ("cpuproxy", "2x1MiB+20x4KiB"),
+        ("cpuproxy", "2x1MiB+4x4KiB"),
     ],
 )
 def test_bench_cache_small_wan(tmp_path, harness, shape):
@@ -235,7 +235,7 @@ def test_bench_cache_small_wan(tmp_path, harness, shape):
     assert f"(scripts/{harness}.py)" in table
     described = {
         "m": "4 x 8 MiB + 30 x 32 KiB = 32.9 MiB",
-        "2x1MiB+20x4KiB": "2 x 1 MiB + 20 x 4 KiB = 2.1 MiB",
+        "2x1MiB+4x4KiB": "2 x 1 MiB + 4 x 4 KiB = 2.0 MiB",
     }[shape]
     assert f"cold restore, {described}" in table
     assert "incremental save" not in table
@@ -297,7 +297,7 @@ def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
         proc = subprocess.run(
             [
                 *(sys.executable, "scripts/bench_cache.py", "--server", endpoint, "--small"),
-                *("--shapes", "2x1MiB+20x4KiB", "--tools", tools, "--bucket", "mine"),
+                *("--shapes", "2x1MiB+4x4KiB", "--tools", tools, "--bucket", "mine"),
                 *("--workdir", str(tmp_path / "w"), "--out", str(out), "--no-incremental"),
             ],
             cwd=REPO,
@@ -312,7 +312,7 @@ def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
         left = s3.list_objects_v2(Bucket="mine").get("KeyCount")
     table = out.read_text()
     assert f"Regime: loopback: {endpoint};" in table
-    assert "cold restore, 2 x 1 MiB + 20 x 4 KiB = 2.1 MiB" in table
+    assert "cold restore, 2 x 1 MiB + 4 x 4 KiB = 2.0 MiB" in table
     assert "| gpu-ci restore (sha256), default, self-hosted (tier on, fresh) |" in table
     assert "| s5cmd cp |" in table
     if bench_cache.aws_binary():
