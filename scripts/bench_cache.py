@@ -431,15 +431,20 @@ class Bench:
         return int(match[1]) if match else 0
 
     def upload(self, shape: Shape, tree: Path) -> None:
-        """What the restores read: a gpu-ci key, the plain files, one tar+zstd archive."""
+        """What the restores read: a gpu-ci key, the plain files, one tar+zstd archive; each
+        only where a restore row reads it (restore_tools)."""
+        if "restore" not in self.args.ops:
+            return
         started = time.monotonic()
-        cmd = self.gpuci("save", f"bench-{shape.name}", tree, self.url("cache"), self.direct)
-        timed(cmd, self.env)
-        if self.s5:
+        if self.wanted("gpu-ci"):
+            cmd = self.gpuci("save", f"bench-{shape.name}", tree, self.url("cache"), self.direct)
+            timed(cmd, self.env)
+        if self.s5 and (self.wanted("s5cmd") or (self.aws and self.wanted("aws"))):
             timed(
                 self.s5cmd(self.direct, "cp", f"{tree}/", self.url("plain", shape.name) + "/"),
                 self.env,
             )
+        if self.s5 and shutil.which("zstd") and self.wanted("tar"):
             archive = self.work / f"{shape.name}.tar.zst"
             shell_timed(f"tar -C {tree} -cf - . | zstd -q -T0 -3 -o {archive}", self.env)
             dest = self.url("archives", f"{shape.name}.tar.zst")
@@ -757,6 +762,9 @@ def main() -> int:
         "main's, through PYTHONPATH): before and after in one run",
     )
     parser.add_argument("--inc-size", type=int, default=8 << 20, help="file size, 20 files")
+    parser.add_argument(
+        "--no-incremental", action="store_true", help="skip the incremental-save table"
+    )
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "gpuci-bench"))
     parser.add_argument("--s3rver", default=str(REPO / ".bench/node/node_modules/.bin/s3rver"))
     parser.add_argument(
@@ -833,15 +841,16 @@ def main() -> int:
                         f"{title}, {shape.describe()} = {human(shape.total)}\n\n"
                         + table(shape, results[op], bool(args.wan))
                     )
-        inc = bench.incremental()
-        figures["incremental"] = inc
-        report.append(
-            "| incremental save (1 of 20 files changed) | bytes |\n|---|---|\n"
-            f"| tree | {inc['tree']:,} |\n| first save uploaded | {inc['first']:,} |\n"
-            f"| second save uploaded | {inc['second']:,} |\n"
-            f"| of which file data | {inc['second_data']:,} (the file is {inc['file']:,}) |\n"
-            f"| of which manifest + ref | {inc['second_meta']:,} |"
-        )
+        if not args.no_incremental:
+            inc = bench.incremental()
+            figures["incremental"] = inc
+            report.append(
+                "| incremental save (1 of 20 files changed) | bytes |\n|---|---|\n"
+                f"| tree | {inc['tree']:,} |\n| first save uploaded | {inc['first']:,} |\n"
+                f"| second save uploaded | {inc['second']:,} |\n"
+                f"| of which file data | {inc['second_data']:,} (the file is {inc['file']:,}) |\n"
+                f"| of which manifest + ref | {inc['second_meta']:,} |"
+            )
     finally:
         bench.stop()
         shutil.rmtree(bench.work, ignore_errors=True)

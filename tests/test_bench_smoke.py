@@ -19,6 +19,7 @@ import pytest
 from gpuci_testing import REPO, clean_env
 
 sys.path.insert(0, str(REPO / "scripts"))
+import bench_cache
 import wanproxy
 
 
@@ -80,6 +81,9 @@ def test_bench_cache_small(tmp_path):
             "scripts/bench_cache.py",
             "--small",
             *("--variants", "default"),  # the wan smoke runs every gpu-ci row
+            # aws rows: the any-URL smoke runs them, on its small shape (its client is a
+            # Python start a call, seconds of CPU on these shapes)
+            *("--tools", "gpu-ci,s5cmd,tar"),
             "--workdir",
             str(tmp_path / "w"),
             "--out",
@@ -201,17 +205,26 @@ def test_wanproxy_parse_wan_refuses_nonsense():
     not S3RVER.exists(),
     reason="s3rver is not installed (npm install --prefix .bench/node s3rver; .ci/run does)",
 )
-@pytest.mark.parametrize("harness", ["wanproxy", "cpuproxy"])
-def test_bench_cache_small_wan(tmp_path, harness):
+@pytest.mark.parametrize(
+    ("harness", "shape"),
+    [
+        ("wanproxy", "m"),  # --wan's default shape, at its --small size
+        # cpuproxy copies every byte through Python: a smaller shape, the same rows
+        ("cpuproxy", "2x1MiB+4x4KiB"),
+    ],
+)
+def test_bench_cache_small_wan(tmp_path, harness, shape):
     """Both shaping harnesses carry every tool (cpuproxy copies bytes in user space); every
-    gpu-ci row once, through wanproxy (the rows differ in gpu-ci's settings, not the proxy's)."""
+    gpu-ci row once, through wanproxy (the rows differ in gpu-ci's settings, not the proxy's).
+    The incremental table is the loopback smoke's."""
     out, figures = tmp_path / "cache.md", tmp_path / "cache.json"
     every_row = harness == "wanproxy"
     proc = run_script(
         [
             *(sys.executable, "scripts/bench_cache.py", "--small", "--wan", "64,5"),
             *("--harness", harness, "--variants", "all" if every_row else "default"),
-            *("--tools", "gpu-ci,s5cmd", "--workers", "16"),
+            *("--tools", "gpu-ci,s5cmd", "--workers", "16", "--no-incremental"),
+            *(() if shape == "m" else ("--shapes", shape)),
             *("--workdir", str(tmp_path / "w"), "--out", str(out), "--json", str(figures)),
         ],
         timeout=600,
@@ -220,10 +233,15 @@ def test_bench_cache_small_wan(tmp_path, harness):
     table = out.read_text()
     assert "remote-like: 64 MiB/s per connection, 5 ms" in table
     assert f"(scripts/{harness}.py)" in table
-    assert "cold restore, 4 x 8 MiB + 30 x 32 KiB = 32.9 MiB" in table
+    described = {
+        "m": "4 x 8 MiB + 30 x 32 KiB = 32.9 MiB",
+        "2x1MiB+4x4KiB": "2 x 1 MiB + 4 x 4 KiB = 2.0 MiB",
+    }[shape]
+    assert f"cold restore, {described}" in table
+    assert "incremental save" not in table
     tuned = "| gpu-ci restore (sha256), tier off, GPUCI_CACHE_WORKERS=16 |"
     assert (tuned in table) == every_row
-    data = json.loads(figures.read_text())["shapes"]["m"]
+    data = json.loads(figures.read_text())["shapes"]["m" if shape == "m" else "s0"]
     for op in ("restore", "save"):
         rows = {row["tool"]: row for row in data[op]}
         default = f"gpu-ci {op} (sha256), default, self-hosted (tier on, fresh)"
@@ -274,12 +292,13 @@ def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
     from moto_s3 import FAKE_S3_CREDENTIALS, moto_server
 
     out = tmp_path / "cache.md"
+    tools = "gpu-ci,s5cmd,aws"  # the smokes' aws rows: this one's shape is the smallest
     with moto_server() as endpoint:
         proc = subprocess.run(
             [
                 *(sys.executable, "scripts/bench_cache.py", "--server", endpoint, "--small"),
-                *("--shapes", "2x1MiB+20x4KiB", "--tools", "gpu-ci,s5cmd", "--bucket", "mine"),
-                *("--workdir", str(tmp_path / "w"), "--out", str(out)),
+                *("--shapes", "2x1MiB+4x4KiB", "--tools", tools, "--bucket", "mine"),
+                *("--workdir", str(tmp_path / "w"), "--out", str(out), "--no-incremental"),
             ],
             cwd=REPO,
             env=clean_env(**FAKE_S3_CREDENTIALS),
@@ -293,9 +312,13 @@ def test_bench_cache_against_any_s3_url_leaves_nothing_behind(tmp_path):
         left = s3.list_objects_v2(Bucket="mine").get("KeyCount")
     table = out.read_text()
     assert f"Regime: loopback: {endpoint};" in table
-    assert "cold restore, 2 x 1 MiB + 20 x 4 KiB = 2.1 MiB" in table
+    assert "cold restore, 2 x 1 MiB + 4 x 4 KiB = 2.0 MiB" in table
     assert "| gpu-ci restore (sha256), default, self-hosted (tier on, fresh) |" in table
     assert "| s5cmd cp |" in table
+    if bench_cache.aws_binary():
+        assert "| aws s3 cp --recursive |" in table
+    else:
+        assert "aws is not installed: its rows are left out" in proc.stdout
     assert "failed" not in table
     assert left == 0
 

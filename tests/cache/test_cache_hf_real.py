@@ -4,7 +4,8 @@ a restored hub cache offline, exactly as the original.
 The tiny model is made here from transformers' config classes (no hub download, no network);
 each client runs in a child process, so ``HF_HUB_CACHE`` and ``HF_HUB_OFFLINE`` are read the way
 a job reads them, at import. torch and transformers are imported once, by one child that makes
-the model, waits while the test saves and restores it, then loads the restored copy.
+the model, waits while the test saves and restores it, then loads the restored copy and
+reads it with the hub client.
 """
 
 from __future__ import annotations
@@ -29,10 +30,35 @@ HF = {"layout": "hf", "hf-repo": REPO_ID}
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 HAS_TRANSFORMERS = importlib.util.find_spec("transformers") is not None
 
+# The hub client's offline look-ups in HF_HUB_CACHE: ``hub_view(repo)``.
+_HUB_VIEW = """
+import json, sys
+from pathlib import Path
+from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
+
+def hub_view(repo):
+    snap = Path(snapshot_download(repo, local_files_only=True))
+    files = {p.name: p.read_bytes().hex() for p in sorted(snap.iterdir())}
+    config = Path(hf_hub_download(repo, "config.json")).read_bytes().hex()
+    info = scan_cache_dir()
+    return {
+        "snapshot": snap.name,
+        "files": files,
+        "config": config,
+        "warnings": [str(w) for w in info.warnings],
+        "repos": [[r.repo_id, r.repo_type, [[v.commit_hash, sorted(v.refs), v.nb_files]
+                  for v in r.revisions]] for r in info.repos],
+    }
+"""
+
+# Child process: the hub client alone.
+_HUB_SCRIPT = _HUB_VIEW + "print(json.dumps(hub_view(sys.argv[1])))\n"
+
 # Child process: make the model in DIR and print a JSON line with the sha256 of its outputs on a
 # fixed input, as float32 bytes; then, once told on stdin (the test has saved and restored it),
-# load REPO offline from HF_HUB_CACHE and print the same line for the restored model. One
-# interpreter for both: importing torch and transformers is the slow part.
+# load REPO offline from HF_HUB_CACHE and print the same line for the restored model, then the
+# hub client's view of it (``_HUB_VIEW`` goes first). One interpreter for all: importing torch
+# and transformers is the slow part.
 _MODEL_SCRIPT = """
 import hashlib, json, sys
 import torch
@@ -57,26 +83,7 @@ say(made)
 del made
 if sys.stdin.readline().strip() == "load":
     say(AutoModel.from_pretrained(sys.argv[2]))
-"""
-
-# Child process: the hub client's offline look-ups in HF_HUB_CACHE.
-_HUB_SCRIPT = """
-import json, sys
-from pathlib import Path
-from huggingface_hub import hf_hub_download, scan_cache_dir, snapshot_download
-repo = sys.argv[1]
-snap = Path(snapshot_download(repo, local_files_only=True))
-files = {p.name: p.read_bytes().hex() for p in sorted(snap.iterdir())}
-config = Path(hf_hub_download(repo, "config.json")).read_bytes().hex()
-info = scan_cache_dir()
-print(json.dumps({
-    "snapshot": snap.name,
-    "files": files,
-    "config": config,
-    "warnings": [str(w) for w in info.warnings],
-    "repos": [[r.repo_id, r.repo_type, [[v.commit_hash, sorted(v.refs), v.nb_files]
-              for v in r.revisions]] for r in info.repos],
-}))
+    print(json.dumps(hub_view(sys.argv[2])), flush=True)
 """
 
 
@@ -84,6 +91,7 @@ def _child_env(hub: Path | None) -> dict[str, str]:
     """A job's environment for the hub clients: offline, ``hub`` as HF_HUB_CACHE, no token."""
     env = clean_env(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", TRANSFORMERS_OFFLINE="1")
     env["OMP_NUM_THREADS"] = "1"  # a tiny model: threads only contend on a shared runner
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # bytecode cached, as on a runner
     if hub is not None:
         env["HF_HUB_CACHE"] = str(hub)
     env.pop("HF_HOME", None)
@@ -162,7 +170,7 @@ def test_transformers_loads_the_restored_model_offline_bit_identical(store, env,
     with (
         log.open("w") as err,
         subprocess.Popen(
-            [sys.executable, "-c", _MODEL_SCRIPT, str(files), REPO_ID],
+            [sys.executable, "-c", _HUB_VIEW + _MODEL_SCRIPT, str(files), REPO_ID],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -182,8 +190,9 @@ def test_transformers_loads_the_restored_model_offline_bit_identical(store, env,
         finally:
             out, _ = child.communicate(told, timeout=600)
     assert child.returncode == 0, log.read_text()[-3000:]
-    loaded = json.loads(out.strip().splitlines()[-1])
+    loaded_line, hub_line = out.strip().splitlines()[-2:]
+    loaded, hub = json.loads(loaded_line), json.loads(hub_line)
     assert loaded == json.loads(made) and loaded["class"] == "BertModel"
-    hub = _child(_HUB_SCRIPT, REPO_ID, hub=dest_hub)
+    # the hub client's view, in the same interpreter after the load: the same repo
     assert hub["warnings"] == [] and hub["repos"] == [[REPO_ID, "model", [[COMMIT, ["main"], 2]]]]
     assert hub["files"] == {p.name: p.read_bytes().hex() for p in sorted(files.iterdir())}

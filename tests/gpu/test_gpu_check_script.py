@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ from gpuci.gpu.fake.nvml import FakeNvml
 from gpuci_testing import run_python
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gpu-check.sh"
+HAS_TORCH = importlib.util.find_spec("torch") is not None
 
 
 @pytest.fixture
@@ -24,6 +26,9 @@ def script(tmp_path: Path, gpu_env):
         *args: str, timeout: float = 180, **env: str
     ) -> subprocess.CompletedProcess[str]:
         environ = gpu_env(tmp_path, PYTHON=sys.executable, GPUCI_CHECK_OUT=str(tmp_path / "out"))
+        # As on a machine, Python caches bytecode: the script's torch children (several a run)
+        # compile torch once, not each time (6 s of CPU a cold import without it).
+        environ.pop("PYTHONDONTWRITEBYTECODE", None)
         environ.update(env)
         return subprocess.run(
             ["bash", str(SCRIPT), *args],
@@ -50,8 +55,31 @@ def fake_smi(tmp_path: Path, line: str) -> str:
     return f"{bin_dir}:/usr/bin:/bin"
 
 
-def test_without_a_driver_the_script_fails_with_exit_3(script) -> None:
-    proc = script(GPUCI_FAKE_NVML="h200")  # ignored: the script is for real NVML
+def nvml_only_site(tmp_path: Path) -> Path:
+    """A folder holding pynvml alone: with ``-S``, what a GPU machine's python may have."""
+    import pynvml
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "pynvml.py").symlink_to(pynvml.__file__)
+    return site
+
+
+def nvml_only_python(tmp_path: Path) -> str:
+    """The interpreter with nvidia-ml-py and none of the venv's other packages, as on a GPU
+    machine whose python has no torch: the script's torch-free paths, without a torch import
+    (seconds of CPU) where no check reads torch."""
+    site = nvml_only_site(tmp_path)
+    bare = tmp_path / "python3-nvml-only"
+    path = f'PYTHONPATH="{site}${{PYTHONPATH:+:$PYTHONPATH}}"'
+    bare.write_text(f'#!/bin/sh\n{path} exec {sys.executable} -S "$@"\n')
+    bare.chmod(0o755)
+    return str(bare)
+
+
+def test_without_a_driver_the_script_fails_with_exit_3(script, tmp_path: Path) -> None:
+    python = nvml_only_python(tmp_path)  # no torch: the check is the driver's absence
+    proc = script(GPUCI_FAKE_NVML="h200", PYTHON=python)  # ignored: the script is for real NVML
     assert proc.returncode == 3, proc.stdout + proc.stderr
     for heading in ("===== python", "===== nvidia-smi", "===== gpu-setup", "===== verdict"):
         assert heading in proc.stdout
@@ -63,18 +91,20 @@ def test_without_a_driver_the_script_fails_with_exit_3(script) -> None:
     ("name", "code", "word"), [("NVIDIA H200", 0, "match"), ("H100", 1, "MISMATCH")]
 )
 def test_report_is_cross_checked_with_nvidia_smi(script, tmp_path: Path, name, code, word) -> None:
+    """On a python without torch (the extras run has the real torch's line)."""
     uuid = FakeNvml(["h200"]).devices[0].uuid
     path = fake_smi(tmp_path, f"{uuid}, {name}, 143771")
+    python = nvml_only_python(tmp_path)
     proc = script(
         "--min-memory-gb", "100",
-        GPUCI_CHECK_ALLOW_FAKE="1", GPUCI_FAKE_NVML="h200", PATH=path,
+        GPUCI_CHECK_ALLOW_FAKE="1", GPUCI_FAKE_NVML="h200", PATH=path, PYTHON=python,
     )  # fmt: skip
     assert proc.returncode == code, proc.stdout + proc.stderr
     assert f"GPU 0: {word}: NVIDIA H200 {uuid}" in proc.stdout
     # what a person needs next to the figures: topology and clock-event reasons
     assert "stand-in nvidia-smi topo -m" in proc.stdout
     assert "stand-in nvidia-smi -q -d PERFORMANCE" in proc.stdout
-    assert "torch.version.cuda" in proc.stdout or "torch not installed" in proc.stdout
+    assert f"torch not installed for {python}" in proc.stdout
     body = json.loads((tmp_path / "out" / "gpu-setup.json").read_text())
     assert body["exit_code"] == 0 and body["outputs"]["memory-gb"] == "150.8"
     assert (tmp_path / "out" / "gpuci-gpu-report.json").exists()
@@ -101,6 +131,11 @@ def test_extras_record_everything_the_issue_lists_on_a_cpu(script, tmp_path: Pat
     )  # fmt: skip
     out = tmp_path / "out"
     text = proc.stdout
+    # the real CPU torch's version line (the cross-check runs have none)
+    if HAS_TORCH:
+        assert "torch.version.cuda" in text
+    else:
+        assert f"torch not installed for {sys.executable}" in text
     for name in (
         "modes.csv", "smi-q-before.txt", "smi-q-after.txt", "smi-nvlink-status-before.txt",
         "smi-nvlink-errors-after.txt", "counters-before.json", "counters-after.json",
@@ -147,12 +182,7 @@ def test_the_script_never_makes_a_venv_or_touches_the_network(script, tmp_path: 
 def test_the_package_runs_from_src_with_only_nvidia_ml_py(gpu_env, tmp_path: Path) -> None:
     """The GPU machine's python has nvidia-ml-py (and torch/cupy) but none of gpu-ci's other
     dependencies: gpu-setup and gpu-smoke must run from src/ on the standard library alone."""
-    import pynvml
-
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "pynvml.py").symlink_to(pynvml.__file__)
-    src = SCRIPT.parents[1] / "src"
+    site, src = nvml_only_site(tmp_path), SCRIPT.parents[1] / "src"
     env = gpu_env(tmp_path, PYTHONPATH=f"{src}:{site}", GPUCI_FAKE_NVML="h200")
     for command in (["gpu-setup"], ["gpu-smoke", "--framework", "none"]):
         proc = run_python("-S", "-m", "gpuci", *command, "--json", env=env, cwd=tmp_path)
