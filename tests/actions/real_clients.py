@@ -114,21 +114,25 @@ def make_project(root: Path, files: dict[str, str | Path], tree: Path | None = N
     return root
 
 
-def client_env(home: Path, **extra: str) -> dict[str, str]:
-    """A clean environment: the dev venv (python, pip, uv) first on PATH, its own HOME."""
-    path = os.pathsep.join([str(NODE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
-    home.mkdir(parents=True, exist_ok=True)
-    # The developer's own download caches (content-addressed, safe to share): the venvs the
-    # examples build (bootstrap.sh's uv, the templates' pip) then install without re-downloading.
+def download_caches() -> dict[str, str]:
+    """The developer's own download caches (content-addressed, safe to share), for a job with a
+    HOME of its own: the venvs it builds (bootstrap.sh's uv, the templates' pip) then install
+    without downloading again."""
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    caches = {
+    return {
         "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR") or str(cache / "uv"),
         "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(cache / "pip"),
         # pip byte-compiles every module it installs (train-gated's numpy: over half its CPU);
         # only the few a job imports are ever read, and Python compiles those as it imports.
         "PIP_COMPILE": "0",
     }
-    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **caches, **extra)
+
+
+def client_env(home: Path, **extra: str) -> dict[str, str]:
+    """A clean environment: the dev venv (python, pip, uv) first on PATH, its own HOME."""
+    path = os.pathsep.join([str(NODE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
+    home.mkdir(parents=True, exist_ok=True)
+    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **download_caches(), **extra)
 
 
 def run_act(

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
+from real_clients import download_caches
 
 from gpuci_testing import REPO
 
@@ -142,6 +143,7 @@ def run_install(
         **os.environ,
         "PATH": path or os.pathsep.join([bin_dir, "/usr/bin", "/bin"]),
         "HOME": str(tmp_path / "home"),
+        **download_caches(),
         "PYTHONPATH": "",  # the suite's src/ would shadow the downloaded one
         "CI_PROJECT_DIR": str(project),
         "GPUCI_SOURCE": url,
