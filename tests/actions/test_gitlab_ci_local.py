@@ -4,7 +4,7 @@ gpu-ci is installed by the templates' own lines, ``.gpuci-install`` (gpuci-insta
 included from the project's .gitlab/ as a user's repository holds it): the source archive named
 by ``GPUCI_SOURCE``, refused unless it hashes to ``GPUCI_SOURCE_SHA256``, then its
 scripts/bootstrap.sh (requirements.lock with ``--require-hashes``, into a private venv under the
-test's HOME). The archive is this checkout (the files a job uses: real_clients.INSTALLED) laid
+runner's cache, XDG_CACHE_HOME). The archive is this checkout (the files a job uses: real_clients.INSTALLED) laid
 out as GitHub's archive of a commit is (file:// instead of https://), made once per session
 (tests/actions/conftest.py), pinned by its sha256 as a user pins theirs; the locked
 dependencies come from the developer's download caches (uv, pip) or the index. gitlab-ci-local
