@@ -4,12 +4,12 @@ gpu-ci is installed by the templates' own lines, ``.gpuci-install`` (gpuci-insta
 included from the project's .gitlab/ as a user's repository holds it): the source archive named
 by ``GPUCI_SOURCE``, refused unless it hashes to ``GPUCI_SOURCE_SHA256``, then its
 scripts/bootstrap.sh (requirements.lock with ``--require-hashes``, into a private venv under the
-runner's cache, XDG_CACHE_HOME). The archive is this checkout (the files a job uses: real_clients.INSTALLED) laid
-out as GitHub's archive of a commit is (file:// instead of https://), made once per session
-(tests/actions/conftest.py), pinned by its sha256 as a user pins theirs; the locked
-dependencies come from the developer's download caches (uv, pip) or the index. gitlab-ci-local
-sets ``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the
-tests.
+runner's cache, XDG_CACHE_HOME). The archive is this checkout (the files a job uses:
+real_clients.INSTALLED) laid out as GitHub's archive of a commit is (file:// instead of
+https://), made once per session (tests/actions/conftest.py), pinned by its sha256 as a user
+pins theirs; the locked dependencies come from the developer's download caches (uv, pip) or
+the index. gitlab-ci-local sets ``GITLAB_CI=false``; the templates' docs say to pass
+``GITLAB_CI=true``, and so do the tests.
 
 Each scenario runs once: the train template's push pipeline, then its merge-request pipeline
 (which must hit the cache the first filled, and note the MR), not a third run of the same.
