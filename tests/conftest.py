@@ -9,15 +9,15 @@ import pytest
 from gpuci_testing import run_cli
 from moto_s3 import moto_server
 
-# Modules whose module-scoped fixture is expensive to build (a wheel and a venv, a mounted
-# filesystem): under pytest-xdist (addopts in pyproject.toml) their tests go to one worker as
-# one unit, which builds it once, instead of each worker building its own (or one worker again
-# after another module's test tore it down). These units start first, largest first, so the
-# gitlab-ci-local pipelines (minutes in all) never end the run. Grouped by the scheduler below,
-# not by xdist_group marks: pytest 9.2 ignores the node-id suffix those rely on, so the marks
-# silently grouped nothing (pytest-dev/pytest-xdist#1386).
+# Modules whose module-scoped fixture is expensive to build (a mounted filesystem): under
+# pytest-xdist (addopts in pyproject.toml) their tests go to one worker as one unit, which
+# builds it once, instead of each worker building its own (or one worker again after another
+# module's test tore it down). These units start first. Grouped by the scheduler below, not by
+# xdist_group marks: pytest 9.2 ignores the node-id suffix those rely on, so the marks silently
+# grouped nothing (pytest-dev/pytest-xdist#1386). The gitlab-ci-local pipelines are not grouped:
+# what they share, gpu-ci's source archive (tests/actions/conftest.py), takes a fraction of a
+# CPU-second per worker, and each pipeline (a minute on a busy runner) goes to a free worker.
 ONE_WORKER = {
-    "tests/actions/test_gitlab_ci_local.py": "gitlab-wheel",  # pip builds gpu-ci's wheel
     "tests/security/test_sec_tier.py": "reflink-fs",  # a loop-mounted XFS
 }
 

@@ -55,10 +55,11 @@ def gitlab_ci_local() -> tuple[Path | None, str]:
     return binary, ""
 
 
-def export_gpuci(dest: Path) -> Path:
-    """This checkout's files (tracked and untracked, not ignored) copied to ``dest``."""
+def export_gpuci(dest: Path, *only: str) -> Path:
+    """This checkout's files (tracked and untracked, not ignored) copied to ``dest``: all of
+    them, or those under the paths ``only`` names."""
     listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        ["git", "ls-files", "-co", "--exclude-standard", "-z", "--", *only],
         cwd=REPO,
         capture_output=True,
         check=True,
@@ -72,12 +73,19 @@ def export_gpuci(dest: Path) -> Path:
     return dest
 
 
+# What a job uses of gpu-ci's source archive: bootstrap.sh, the lock and src/ (and what makes it
+# pip-installable, a smoking pod's GPUCI_PACKAGE). The tests, docs and examples, more than half
+# of the bytes, would only be downloaded, hashed and unpacked again by every job of a pipeline.
+INSTALLED = ("scripts", "src", "requirements.lock", "pyproject.toml", "README.md")
+
+
 def pinned_source(root: Path) -> tuple[str, str]:
-    """(GPUCI_SOURCE, GPUCI_SOURCE_SHA256) for the GitLab templates' install: this checkout as
-    GitHub's archive of a commit (``gpu-ci-<commit>/`` inside), under ``root``."""
-    tree = export_gpuci(root / "gpu-ci-0123abc")
+    """(GPUCI_SOURCE, GPUCI_SOURCE_SHA256) for the GitLab templates' install: this checkout's
+    INSTALLED files as GitHub's archive of a commit (``gpu-ci-<commit>/`` inside), under
+    ``root``."""
+    tree = export_gpuci(root / "gpu-ci-0123abc", *INSTALLED)
     archive = root / "0123abc.tar.gz"
-    with tarfile.open(archive, "w:gz") as tar:
+    with tarfile.open(archive, "w:gz", compresslevel=1) as tar:  # level 9: 3x the CPU
         tar.add(tree, arcname=tree.name)
     return archive.as_uri(), hashlib.sha256(archive.read_bytes()).hexdigest()
 
@@ -106,18 +114,25 @@ def make_project(root: Path, files: dict[str, str | Path], tree: Path | None = N
     return root
 
 
+def download_caches() -> dict[str, str]:
+    """The developer's own download caches (content-addressed, safe to share), for a job with a
+    HOME of its own: the venvs it builds (bootstrap.sh's uv, the templates' pip) then install
+    without downloading again."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return {
+        "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR") or str(cache / "uv"),
+        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(cache / "pip"),
+        # pip byte-compiles every module it installs (train-gated's numpy: over half its CPU);
+        # only the few a job imports are ever read, and Python compiles those as it imports.
+        "PIP_COMPILE": "0",
+    }
+
+
 def client_env(home: Path, **extra: str) -> dict[str, str]:
     """A clean environment: the dev venv (python, pip, uv) first on PATH, its own HOME."""
     path = os.pathsep.join([str(NODE_BIN), str(Path(sys.executable).parent), os.environ["PATH"]])
     home.mkdir(parents=True, exist_ok=True)
-    # The developer's own download caches (content-addressed, safe to share): the venvs the
-    # examples build (bootstrap.sh's uv, the templates' pip) then install without re-downloading.
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    caches = {
-        "UV_CACHE_DIR": os.environ.get("UV_CACHE_DIR") or str(cache / "uv"),
-        "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR") or str(cache / "pip"),
-    }
-    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **caches, **extra)
+    return clean_env(PATH=path, HOME=str(home), NO_COLOR="1", **download_caches(), **extra)
 
 
 def run_act(

@@ -4,11 +4,12 @@ gpu-ci is installed by the templates' own lines, ``.gpuci-install`` (gpuci-insta
 included from the project's .gitlab/ as a user's repository holds it): the source archive named
 by ``GPUCI_SOURCE``, refused unless it hashes to ``GPUCI_SOURCE_SHA256``, then its
 scripts/bootstrap.sh (requirements.lock with ``--require-hashes``, into a private venv under the
-test's HOME). The archive is this checkout laid out as GitHub's archive of a commit is
-(file:// instead of https://), pinned by its sha256 as a user pins theirs; the locked
-dependencies come from the developer's download caches (uv, pip) or the index. gitlab-ci-local
-sets ``GITLAB_CI=false``; the templates' docs say to pass ``GITLAB_CI=true``, and so do the
-tests.
+runner's cache, XDG_CACHE_HOME). The archive is this checkout (the files a job uses:
+real_clients.INSTALLED) laid out as GitHub's archive of a commit is (file:// instead of
+https://), made once per session (tests/actions/conftest.py), pinned by its sha256 as a user
+pins theirs; the locked dependencies come from the developer's download caches (uv, pip) or
+the index. gitlab-ci-local sets ``GITLAB_CI=false``; the templates' docs say to pass
+``GITLAB_CI=true``, and so do the tests.
 
 Each scenario runs once: the train template's push pipeline, then its merge-request pipeline
 (which must hit the cache the first filled, and note the MR), not a third run of the same.
@@ -27,7 +28,6 @@ from real_clients import (
     gitlab_ci_local,
     http_ok_server,
     make_project,
-    pinned_source,
 )
 
 from forges.fake_gitlab import FakeGitLab
@@ -46,10 +46,16 @@ GL_RUNNERS = "/gitlab/api/v4/user/runners"
 
 
 @pytest.fixture(scope="module")
-def install(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """GPUCI_SOURCE (an archive of this checkout, as GitHub's of a commit) and its sha256."""
-    source, sha256 = pinned_source(tmp_path_factory.mktemp("gpuci-source"))
-    return {"GPUCI_SOURCE": source, "GPUCI_SOURCE_SHA256": sha256}
+def install(
+    gpuci_source: tuple[str, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
+    """GPUCI_SOURCE (an archive of this checkout, as GitHub's of a commit), its sha256, and
+    XDG_CACHE_HOME: one runner's cache for all the module's pipelines, kept as a persistent
+    runner keeps it, so bootstrap installs the lock once and later jobs reuse that install
+    (test_gitlab_install.py watches a first install)."""
+    source, sha256 = gpuci_source
+    cache = tmp_path_factory.mktemp("runner-cache")
+    return {"GPUCI_SOURCE": source, "GPUCI_SOURCE_SHA256": sha256, "XDG_CACHE_HOME": str(cache)}
 
 
 def project_with(root: Path, template: str, **files: str | Path) -> Path:
@@ -66,10 +72,14 @@ def project_with(root: Path, template: str, **files: str | Path) -> Path:
 
 
 def pipeline(
-    project: Path, tmp: Path, variables: dict[str, str], *jobs: str
+    project: Path, tmp: Path, variables: dict[str, str], *jobs: str, validate: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """gitlab-ci-local runs ``jobs`` (all: none named) of ``project``'s pipeline; ``validate``:
+    it first checks the file against GitLab's JSON schema (over 0.5 CPU-s), once per file."""
     assert BINARY is not None
     cmd = [str(BINARY), "--force-shell-executor", "--shell-isolation", *jobs]
+    if not validate:
+        cmd.append("--no-json-schema-validation")
     for key, value in {"GITLAB_CI": "true", **variables}.items():
         cmd += ["--variable", f"{key}={value}"]
     done = subprocess.run(
@@ -155,8 +165,12 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(install, tmp_pat
             "CI_PROJECT_ID": "9",
             "GPUCI_GITLAB_TOKEN": gitlab.state.gitlab_token,
         }
+        # the push pipeline validated this very file against GitLab's schema: not again
         listed = subprocess.run(
-            [str(BINARY), "--list", "--variable", "CI_PIPELINE_SOURCE=merge_request_event"],
+            [
+                *(str(BINARY), "--list", "--no-json-schema-validation"),
+                *("--variable", "CI_PIPELINE_SOURCE=merge_request_event"),
+            ],
             cwd=project,
             env=client_env(tmp_path / "home"),
             capture_output=True,
@@ -164,7 +178,7 @@ def test_train_template_passes_first_then_hits_and_notes_the_mr(install, tmp_pat
             timeout=120,
         ).stdout
         assert re.search(r"^train +train +on_success", listed, re.M), listed
-        second = pipeline(project, tmp_path, mr, "train").stdout
+        second = pipeline(project, tmp_path, mr, "train", validate=False).stdout
     assert "PASS  train" in second
     assert "hit: restored tiny-data-v1" in second
     assert "populated tiny-data-v1" not in second
@@ -265,7 +279,8 @@ def test_runner_template_in_an_mr_pipeline_on_an_unprotected_branch_says_why_it_
         "CI_COMMIT_REF_NAME": "feature-x",
         "CI_COMMIT_REF_PROTECTED": "false",
     }
-    done = pipeline(project, tmp_path, variables)
+    # test_runner_template_starts_trains_and_stops checks this file against GitLab's schema
+    done = pipeline(project, tmp_path, variables, validate=False)
     text = done.stdout + done.stderr
     assert re.search(r"PASS  gpu-runner-skipped\b", text), text[-3000:]
     assert "are protected variables" in text

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from real_clients import pinned_source
+from real_clients import download_caches
 
 from gpuci_testing import REPO
 
@@ -129,12 +129,6 @@ def test_every_job_that_runs_gpu_ci_installs_it_only_through_the_pinned_bootstra
                 assert not re.search("gpuci", line[made.start() :], re.I), (name, line)
 
 
-@pytest.fixture(scope="module")
-def source(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    """(GPUCI_SOURCE, GPUCI_SOURCE_SHA256): this checkout as GitHub's archive of a commit."""
-    return pinned_source(tmp_path_factory.mktemp("gpuci-source"))
-
-
 def run_install(
     tmp_path: Path, url: str, sha256: str, path: str | None = None, **env: str
 ) -> subprocess.CompletedProcess[str]:
@@ -149,6 +143,7 @@ def run_install(
         **os.environ,
         "PATH": path or os.pathsep.join([bin_dir, "/usr/bin", "/bin"]),
         "HOME": str(tmp_path / "home"),
+        **download_caches(),
         "PYTHONPATH": "",  # the suite's src/ would shadow the downloaded one
         "CI_PROJECT_DIR": str(project),
         "GPUCI_SOURCE": url,
@@ -167,8 +162,8 @@ def lock_pins() -> dict[str, str]:
     return dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)", text, re.M))
 
 
-def test_the_pinned_source_runs_gpu_ci_from_bootstrap_s_private_locked_venv(source, tmp_path):
-    url, sha256 = source
+def test_the_pinned_source_runs_gpu_ci_from_bootstrap_s_private_locked_venv(gpuci_source, tmp_path):
+    url, sha256 = gpuci_source
     done = run_install(tmp_path, url, sha256)
     assert done.returncode == 0, done.stdout + done.stderr
     python = Path(re.search(r"^GPUCI_PYTHON=(.+)$", done.stdout, re.M)[1])  # type: ignore[index]
@@ -190,8 +185,8 @@ def test_the_pinned_source_runs_gpu_ci_from_bootstrap_s_private_locked_venv(sour
 
 
 @pytest.mark.parametrize("pin", ["other", "<sha256 of that archive>"])
-def test_other_bytes_are_refused_before_anything_in_them_runs(source, tmp_path, pin):
-    url, _ = source
+def test_other_bytes_are_refused_before_anything_in_them_runs(gpuci_source, tmp_path, pin):
+    url, _ = gpuci_source
     sha256 = hashlib.sha256(b"another archive").hexdigest() if pin == "other" else pin
     done = run_install(tmp_path, url, sha256)
     assert done.returncode == 2, done.stdout + done.stderr
@@ -202,12 +197,12 @@ def test_other_bytes_are_refused_before_anything_in_them_runs(source, tmp_path, 
     assert not (tmp_path / "home").exists()  # bootstrap never ran
 
 
-def test_an_index_serving_other_dependency_bytes_installs_nothing_of_them(source, tmp_path):
+def test_an_index_serving_other_dependency_bytes_installs_nothing_of_them(gpuci_source, tmp_path):
     """F2: ``pip install "gpuci @ $GPUCI_PACKAGE"`` took whatever the index served within
     pyproject's ranges. Now every dependency is requirements.lock's, by hash: an index that
     serves the locked versions with other bytes (a payload .pth) fails the job (exit 3), and
     the payload never runs."""
-    url, sha256 = source
+    url, sha256 = gpuci_source
     index = tmp_path / "index"
     index.mkdir()
     marker = tmp_path / "PWNED"
@@ -241,3 +236,4 @@ def test_an_index_serving_other_dependency_bytes_installs_nothing_of_them(source
     assert "hash-locked requirements with pip failed" in done.stderr
     assert "HASHES" in done.stderr  # pip's own refusal
     assert not marker.exists()
+    assert not list((tmp_path / "home" / ".cache" / "gpuci-venvs").iterdir())  # nothing half-built
