@@ -1,7 +1,8 @@
 """The actions and every example workflow, run by act (a real runner implementation).
 
 act runs in host mode (no Docker) and offline: the actions it would download are local
-stand-ins (act_stubs/), gpu-ci itself is this checkout exported as ``my-org/gpu-ci@v1``.
+stand-ins (act_stubs/), gpu-ci itself is this checkout exported as ``my-org/gpu-ci@v1``
+(less its docs/ and tests/, which no action reads).
 Every Python a composite action starts drops the ``INPUT_*`` variables act sets on its own
 (act_stubs/runner_env/sitecustomize.py), so an input an action forgot to pass through ``env:``
 fails here as it would on GitHub.
@@ -23,6 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 from real_clients import (
+    NOT_USED_BY_ACTIONS,
     act_binary,
     export_gpuci,
     http_ok_server,
@@ -52,7 +54,7 @@ USER_REPO = {
 
 @pytest.fixture(scope="module")
 def gpuci(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_gpuci(tmp_path_factory.mktemp("gpu-ci"))
+    return export_gpuci(tmp_path_factory.mktemp("gpu-ci"), NOT_USED_BY_ACTIONS)
 
 
 @pytest.fixture
