@@ -108,6 +108,17 @@ TRAIN_PY = (
 )
 
 
+def train_job_only(example: Path) -> str:
+    """``example`` without its cheap lint-and-test job (train then needs nothing): the hit run's
+    workflow. Its every check is of train; lint-and-test ran, on the same files, in the miss run."""
+    text = example.read_text()
+    start = text.index("\n  lint-and-test:\n") + 1
+    end = text.index("\n  train:\n", start) + 1
+    cut = text[:start] + text[end:]
+    assert cut.count("    needs: lint-and-test\n") == 1, example
+    return cut.replace("    needs: lint-and-test\n", "")
+
+
 def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
     project = make_project(
         tmp_path / "proj",
@@ -121,27 +132,31 @@ def test_train_example_on_a_fake_h200(gpuci: Path, tmp_path: Path) -> None:
     kw = {"event": "pull_request", "env": env}
     text = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
     assert "Success - Main Save the weights for the next run" in text
+    (project / ".github/workflows/train.yml").write_text(train_job_only(EXAMPLES / "train.yml"))
     again = passed(act(project, gpuci, ".github/workflows/train.yml", tmp_path, **kw))
+    assert "[train/lint-and-test]" not in again and "[train/train]" in again
     assert "cache-hit=true" in again
     assert "Main Save the weights for the next run" not in again  # skipped on a hit
 
 
 def test_train_gated_passes_first_then_hits(gpuci: Path, tmp_path: Path) -> None:
+    workflow = ".github/workflows/train-gated.yml"
     project = make_project(
         tmp_path / "proj",
         {
             **USER_REPO,
-            ".github/workflows/train-gated.yml": EXAMPLES / "train-gated.yml",
+            workflow: EXAMPLES / "train-gated.yml",
             "examples/train_tiny.py": REPO / "examples" / "train_tiny.py",
         },
     )
     env = {"GPUCI_FAKE_NVML": "h200", "GPUCI_STORE": (tmp_path / "store").as_uri()}
-    args = (".github/workflows/train-gated.yml", tmp_path)
-    first = passed(act(project, gpuci, *args, env=env))
+    first = passed(act(project, gpuci, workflow, tmp_path, env=env))
     assert "populated tiny-data-v1 on a miss" in first
     assert "Success - Main Gate the model" in first
     assert "Success - Main Save the baseline" in first  # push to main, gate passed
-    second = passed(act(project, gpuci, *args, env=env))
+    (project / workflow).write_text(train_job_only(EXAMPLES / "train-gated.yml"))
+    second = passed(act(project, gpuci, workflow, tmp_path, env=env))
+    assert "[train-gated/lint-and-test]" not in second and "[train-gated/train]" in second
     assert "populated tiny-data-v1" not in second
     assert "cache-hit=true" in second
     assert "matched-key=metrics-baseline-main-" in second  # the first run's baseline
