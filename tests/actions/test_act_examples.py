@@ -527,13 +527,10 @@ def planned_then_run(
     return verdicts, logs
 
 
-# A CUDA source that also compiles as C++ (its kernel only under nvcc), heavy enough to show
-# what a ccache hit saves: <regex> and <iostream> templates at -O2.
+# A CUDA source that also compiles as C++ (its kernel only under nvcc): small, since a hit is
+# ccache's own count (Hits 1 / 1), whatever the compile costs (issue 36: a <regex> and <iostream>
+# source took 8.7 CPU s under nvcc here, for a figure no test asserts).
 EXT_CU = """\
-#include <iostream>
-#include <regex>
-#include <string>
-
 #ifdef __CUDACC__
 __global__ void add_one(float* x, int n) {
   int i = blockIdx.x * blockDim.x + threadIdx.x;
@@ -541,11 +538,7 @@ __global__ void add_one(float* x, int n) {
 }
 #endif
 
-extern "C" int ext_matches(const char* text) {
-  static const std::regex pattern("[a-z]+-[0-9]+");
-  std::cout << "ext: checking " << text << std::endl;
-  return std::regex_match(std::string(text), pattern) ? 1 : 0;
-}
+extern "C" int ext_version(void) { return 1; }
 """
 
 
