@@ -256,7 +256,9 @@ if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(
 
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
 
-rename() { "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
+# -I -S: a rename needs no site-packages (whose .pth files the base interpreter would run at
+# every start) and no PYTHON* variable of the job's
+rename() { "$py_base" -I -S -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
 
 in_place() { # built final check...: rename built to final, unless a racing bootstrap's passes
   rename "$1" "$2" && return 0
