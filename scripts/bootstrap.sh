@@ -38,6 +38,8 @@ src="$root/src"
 
 log() { echo "gpu-ci bootstrap: $*" >&2; }
 
+me="$(id -u)" # asked once: every folder checked below is compared with it
+
 fail() { # cause, fix, [exit code: 3 infrastructure, 2 configuration]
   if [ "${GITHUB_ACTIONS:-}" = "true" ]; then
     echo "::error title=gpu-ci bootstrap::$1 (fix: $2)"
@@ -103,7 +105,7 @@ trusted_entry() { # path -> 0 when its owner is us, root or the runner's user, a
   read -r owner mode <<<"$(owner_mode "$1")" || true
   if [ -z "${mode:-}" ]; then why="cannot read the owner of $1"; return 1; fi
   if [ -d "$1" ]; then sticky=$((8#$mode & 8#1000)); fi
-  if [ "$owner" != "$(id -u)" ] && [ "$owner" != 0 ] && [ "$owner" != "${runner_uid:-x}" ]; then
+  if [ "$owner" != "$me" ] && [ "$owner" != 0 ] && [ "$owner" != "${runner_uid:-x}" ]; then
     why="$1 is owned by uid $owner"
     return 1
   fi
@@ -119,7 +121,8 @@ trusted_chain() { # folder -> 0 when no other user can change it or any folder a
   while :; do
     trusted_entry "$dir" || return 1
     [ "$dir" = / ] && return 0
-    dir="$(dirname -- "$dir")"
+    dir="${dir%/*}" # the parent of a resolved path (pwd -P): no fork of dirname per folder
+    dir="${dir:-/}"
   done
 }
 
@@ -152,7 +155,7 @@ ours() { # path -> 0 when it is a real folder of ours that nobody else can write
   local owner mode
   if [ -L "$1" ] || [ ! -d "$1" ]; then why="$1 is not a folder"; return 1; fi
   read -r owner mode <<<"$(owner_mode "$1")" || true
-  if [ "${owner:-}" != "$(id -u)" ]; then why="$1 is owned by uid ${owner:-?}, not $(id -u)"; return 1; fi
+  if [ "${owner:-}" != "$me" ]; then why="$1 is owned by uid ${owner:-?}, not $me"; return 1; fi
   if ((8#${mode:-777} & 8#022)); then why="$1 can be written by other users (mode $mode)"; return 1; fi
 }
 
@@ -253,7 +256,9 @@ if not all(find_spec(name) for name in ("httpx", "tenacity", "yaml")): sys.exit(
 
 site_of() { "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))'; }
 
-rename() { "$py_base" -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
+# -I -S: a rename needs no site-packages (whose .pth files the base interpreter would run at
+# every start) and no PYTHON* variable of the job's
+rename() { "$py_base" -I -S -c 'import os, sys; os.rename(sys.argv[1], sys.argv[2])' "$1" "$2" 2>/dev/null; }
 
 in_place() { # built final check...: rename built to final, unless a racing bootstrap's passes
   rename "$1" "$2" && return 0

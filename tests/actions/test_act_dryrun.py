@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from real_clients import (
+    NOT_USED_BY_ACTIONS,
     act_binary,
     export_gpuci,
     make_project,
@@ -132,7 +133,7 @@ HASH = hashlib.sha256(hashlib.sha256(PREP.encode()).digest()).hexdigest()
 
 @pytest.fixture(scope="module")
 def gpuci(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return export_gpuci(tmp_path_factory.mktemp("gpu-ci"))
+    return export_gpuci(tmp_path_factory.mktemp("gpu-ci"), leave_out=NOT_USED_BY_ACTIONS)
 
 
 def act(project: Path, gpuci: Path, workflow: str, tmp: Path, env: dict[str, str]) -> str:
