@@ -178,6 +178,28 @@ def _ours(thread: threading.Thread) -> bool:
     return thread.name != "s3-deadline" and (named or module.startswith("gpuci"))
 
 
+def _children() -> set[int]:
+    """The ids of the children every ``procgroup.Groups`` of this process holds."""
+    procgroup = sys.modules.get("gpuci.procgroup")
+    if procgroup is None:
+        return set()
+    with procgroup._OWNERS_LOCK:
+        return {id(proc) for owner in procgroup._OWNERS for proc in owner._procs}
+
+
+def _end_children(before: set[int]) -> None:
+    """Kill the groups of children started since ``before`` that are still there: a process
+    ends them on its way out (``procgroup.kill_all`` at exit), this worker would keep them."""
+    procgroup = sys.modules.get("gpuci.procgroup")
+    if procgroup is None:
+        return
+    with procgroup._OWNERS_LOCK:
+        procs = [proc for owner in procgroup._OWNERS for proc in owner._procs]
+    for proc in procs:
+        if id(proc) not in before:
+            procgroup.kill(proc)
+
+
 @contextmanager
 def _process_kept() -> Iterator[None]:
     """What a run in this process must leave as it found it, since no process end undoes it
@@ -186,7 +208,8 @@ def _process_kept() -> Iterator[None]:
     (``main`` sets SIGTERM's own: put back; any other change fails), Python's hooks,
     faulthandler's timer (gpu-smoke's backstop ends the process: left armed, it would kill
     this worker minutes later, no test named) and httpx's command-line stand-in
-    (``cli._spare_httpx_cli``, meant for a process the CLI owns).
+    (``cli._spare_httpx_cli``, meant for a process the CLI owns). Children the run left in
+    ``procgroup``'s groups are killed, as its exit would.
 
     Raises:
         AssertionError: naming what the run left behind (after putting it back).
@@ -194,7 +217,7 @@ def _process_kept() -> Iterator[None]:
     import faulthandler
     import signal
 
-    threads, handlers = set(threading.enumerate()), _signal_handlers()
+    threads, handlers, children = set(threading.enumerate()), _signal_handlers(), _children()
     hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
     had_httpx_cli = "httpx._main" in sys.modules
     arm, disarm = faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later
@@ -212,6 +235,7 @@ def _process_kept() -> Iterator[None]:
     try:
         yield
     finally:
+        _end_children(children)  # as procgroup's atexit hook ends a process's
         left = []
         for thread in [t for t in threading.enumerate() if t not in threads and _ours(t)]:
             thread.join(THREADS_END_S)

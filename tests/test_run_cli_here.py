@@ -97,3 +97,20 @@ def test_httpx_own_command_line_is_back_after_an_in_process_run():
     env = clean_env(PYTHONPATH=f"{REPO / 'src'}:{REPO / 'tests'}")
     proc = run_python("-c", code, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_children_a_run_leaves_in_its_groups_end_with_it_as_at_a_process_exit(monkeypatch):
+    from gpuci import procgroup
+
+    started = []
+
+    def main(argv):
+        started.append(procgroup.Groups().popen(["sleep", "600"]))
+        return 0
+
+    monkeypatch.setattr("gpuci.cli.main", main)
+    assert run_cli_here("--version").returncode == 0
+    try:
+        assert started[0].poll() is not None, "the child outlived the run"
+    finally:
+        procgroup.kill(started[0])
