@@ -130,29 +130,134 @@ def run_cli_here(
     """:func:`run_cli` in this process (no interpreter start-up, half a CPU-second a run): the
     CLI's own ``main`` with ``env`` as the whole of ``os.environ``, in ``cwd`` (else the
     repository), its output captured as a process's (:func:`_output_captured`); everything put
-    back after. For tests of what a command does, not of its process (signals, start-up,
-    imports, a hang)."""
-    import signal
-
+    back after, and what a process's end would have undone checked (:func:`_process_kept`).
+    For tests of what a command does, not of its process (signals, start-up, imports, a hang,
+    what is printed at exit)."""
     from gpuci.cli import main
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
-    saved_sigterm = signal.getsignal(signal.SIGTERM)  # main() may set its own
     os.environ.clear()
     os.environ.update(env if env is not None else clean_env())
     try:
         os.chdir(cwd or REPO)
-        with _output_captured() as texts:
+        with _process_kept(), _output_captured() as texts:
             try:
                 code = main(list(args))
             except SystemExit as exc:  # argparse's usage errors and --help
-                code = exc.code if isinstance(exc.code, int) else 1
+                code = 0 if exc.code is None else exc.code if isinstance(exc.code, int) else 1
     finally:
         os.chdir(saved_cwd)
         os.environ.clear()
         os.environ.update(saved_env)
-        signal.signal(signal.SIGTERM, saved_sigterm)
     return subprocess.CompletedProcess(["gpuci", *args], code, *texts)
+
+
+#: How long run_cli_here waits for the threads a run started to end: a bound, not a measure
+#: (an ended run's threads end at once).
+THREADS_END_S = 60.0
+
+
+def _signal_handlers() -> dict[int, Any]:
+    import signal
+
+    handlers = {}
+    for signum in signal.valid_signals():
+        try:
+            handlers[int(signum)] = signal.getsignal(signum)
+        except (OSError, ValueError):  # SIGKILL, SIGSTOP and the like have none
+            pass
+    return handlers
+
+
+def _ours(thread: threading.Thread) -> bool:
+    """A thread gpu-ci started for one run (not the store's process-wide ``s3-deadline``,
+    which serves every later request of this process, as it would the CLI's)."""
+    target = getattr(thread, "_target", None)
+    module = getattr(target, "__module__", None) or ""
+    named = thread.name.startswith("gpuci")
+    return thread.name != "s3-deadline" and (named or module.startswith("gpuci"))
+
+
+def _children() -> set[int]:
+    """The ids of the children every ``procgroup.Groups`` of this process holds."""
+    procgroup = sys.modules.get("gpuci.procgroup")
+    if procgroup is None:
+        return set()
+    with procgroup._OWNERS_LOCK:
+        return {id(proc) for owner in procgroup._OWNERS for proc in owner._procs}
+
+
+def _end_children(before: set[int]) -> None:
+    """Kill the groups of children started since ``before`` that are still there: a process
+    ends them on its way out (``procgroup.kill_all`` at exit), this worker would keep them."""
+    procgroup = sys.modules.get("gpuci.procgroup")
+    if procgroup is None:
+        return
+    with procgroup._OWNERS_LOCK:
+        procs = [proc for owner in procgroup._OWNERS for proc in owner._procs]
+    for proc in procs:
+        if id(proc) not in before:
+            procgroup.kill(proc)
+
+
+@contextmanager
+def _process_kept() -> Iterator[None]:
+    """What a run in this process must leave as it found it, since no process end undoes it
+    here (the xdist worker runs every later test): the threads gpu-ci started (ended; a
+    watchdog or sampler left running would act in a later test), every signal handler
+    (``main`` sets SIGTERM's own: put back; any other change fails), Python's hooks,
+    faulthandler's timer (gpu-smoke's backstop ends the process: left armed, it would kill
+    this worker minutes later, no test named) and httpx's command-line stand-in
+    (``cli._spare_httpx_cli``, meant for a process the CLI owns). Children the run left in
+    ``procgroup``'s groups are killed, as its exit would.
+
+    Raises:
+        AssertionError: naming what the run left behind (after putting it back).
+    """
+    import faulthandler
+    import signal
+
+    threads, handlers, children = set(threading.enumerate()), _signal_handlers(), _children()
+    hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
+    had_httpx_cli = "httpx._main" in sys.modules
+    arm, disarm = faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later
+    armed: list[bool] = [False]
+
+    def arming(*a: Any, **kw: Any) -> None:
+        armed[0] = True
+        arm(*a, **kw)
+
+    def disarming() -> None:
+        armed[0] = False
+        disarm()
+
+    faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later = arming, disarming
+    try:
+        yield
+    finally:
+        _end_children(children)  # as procgroup's atexit hook ends a process's
+        left = []
+        for thread in [t for t in threading.enumerate() if t not in threads and _ours(t)]:
+            thread.join(THREADS_END_S)
+            if thread.is_alive():
+                left.append(f"thread {thread.name} still running")
+        faulthandler.dump_traceback_later = arm
+        faulthandler.cancel_dump_traceback_later = disarm
+        if armed[0]:
+            disarm()
+            left.append("faulthandler.dump_traceback_later still armed")
+        for signum, handler in _signal_handlers().items():
+            if handler != handlers.get(signum, handler):
+                signal.signal(signum, handlers[signum])
+                if signum != signal.SIGTERM:  # the CLI's own, for its process
+                    left.append(f"{signal.Signals(signum).name} handler {handler!r}")
+        if (sys.unraisablehook, sys.excepthook, threading.excepthook) != hooks:
+            sys.unraisablehook, sys.excepthook, threading.excepthook = hooks
+            left.append("a hook of sys or threading replaced")
+        stand_in = sys.modules.get("httpx._main")
+        if not had_httpx_cli and stand_in is not None and not hasattr(stand_in, "__file__"):
+            del sys.modules["httpx._main"]  # the stand-in: a later import gets httpx's own
+    assert not left, f"the in-process run left behind: {'; '.join(left)}"
 
 
 @contextmanager

@@ -3,6 +3,9 @@
 Each test runs the CLI (its own ``main``, in this process: what it does is tested here, not
 its process) with the fake NVML (an A GPU with ECC errors is a hardware verdict) against fake
 GitHub and GitLab runner APIs on 127.0.0.1, and searches every line of output for every token.
+A token must not be printed by any path, the interpreter's exit included (what a finalizer or
+a thread says then): the quarantine of each forge and a refusing forge's warning run in a
+process of their own (``process=True``), so that their whole output is searched.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import pytest
 
 from forges.fake_forges import FakeForges
 from forges.forge_base import GH
-from gpuci_testing import clean_env, run_cli_here, run_python
+from gpuci_testing import clean_env, run_cli, run_cli_here, run_python
 from loopback_http import JsonAPIHandler, LoopbackHTTPServer
 
 BAD_GPU = "h200:ecc+=1,h200"
@@ -38,14 +41,19 @@ def gl(api: FakeForges, **extra: str) -> dict[str, str]:
     return api.gitlab_env(GITLAB_CI="true", **extra)
 
 
-def cli(tmp_path: Path, api: FakeForges, *args: str, **env: str):
+def cli(tmp_path: Path, api: FakeForges, *args: str, process: bool = False, **env: str):
+    """``gpuci ARGS`` with ``env``, in this process or (``process``) a fresh interpreter; no
+    token in its output or in the files it wrote."""
     environ = clean_env(
         GPUCI_JOURNAL=str(tmp_path / "journal.jsonl"),
         GITHUB_OUTPUT=str(tmp_path / "out"),
         GITHUB_STEP_SUMMARY=str(tmp_path / "summary"),
         **env,
     )
-    proc = run_cli_here(*args, env=environ, cwd=tmp_path)
+    if process:
+        proc = run_cli(*args, env=environ, cwd=tmp_path, timeout=120)
+    else:
+        proc = run_cli_here(*args, env=environ, cwd=tmp_path)
     # ::add-mask:: is how a token is masked: the runner never shows that line
     shown = (proc.stdout + proc.stderr).splitlines()
     everything = "\n".join(ln for ln in shown if not ln.startswith("::add-mask::"))
@@ -57,18 +65,27 @@ def cli(tmp_path: Path, api: FakeForges, *args: str, **env: str):
     return proc
 
 
-def smoke(tmp_path: Path, api: FakeForges, nvml: str, *args: str, **env: str):
+def smoke(
+    tmp_path: Path, api: FakeForges, nvml: str, *args: str, process: bool = False, **env: str
+):
     return cli(
-        tmp_path, api, "gpu-smoke", "--framework", "none", *args, GPUCI_FAKE_NVML=nvml, **env
-    )
+        tmp_path, api, "gpu-smoke", "--framework", "none", *args, process=process,
+        GPUCI_FAKE_NVML=nvml, **env,
+    )  # fmt: skip
 
 
 def quarantine_smoke(
-    tmp_path: Path, api: FakeForges, nvml: str, labels: str, *args: str, **env: str
+    tmp_path: Path,
+    api: FakeForges,
+    nvml: str,
+    labels: str,
+    *args: str,
+    process: bool = False,
+    **env: str,
 ):
     """gpu-smoke with ``on-failure: quarantine`` (and the labels to take off, when given)."""
     flags = ["--on-failure", "quarantine", *(["--quarantine-labels", labels] if labels else [])]
-    return smoke(tmp_path, api, nvml, *flags, *args, **env)
+    return smoke(tmp_path, api, nvml, *flags, *args, process=process, **env)
 
 
 def release(
@@ -95,9 +112,8 @@ def test_a_hardware_failure_removes_exactly_the_configured_labels_of_exactly_thi
     this = api.state.add("gpu-node-1x", "/repos/octo/gpu", ["gpu-large", "gpu-small", "keep"])
     before = {r.id: r.names() for r in api.state.runners.values()}
 
-    proc = quarantine_smoke(
-        tmp_path, api, BAD_GPU, "gpu-large,gpu-small", **gh(api, RUNNER_NAME="gpu-node-1x")
-    )
+    env = gh(api, RUNNER_NAME="gpu-node-1x")
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large,gpu-small", process=True, **env)
 
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.names() == ["self-hosted", "Linux", "X64", "keep", "gpuci-quarantined"]
@@ -164,7 +180,7 @@ def test_without_the_token_one_warning_and_the_same_verdict(tmp_path, api):
 def test_a_refusing_forge_is_one_warning_and_the_same_verdict(tmp_path, api):
     api.state.add("gpu-node", "/repos/octo/gpu", ["gpu-large"])
     env = gh(api, RUNNER_NAME="gpu-node", GPUCI_RUNNER_TOKEN=api.state.job_token)
-    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", **env)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "gpu-large", process=True, **env)
     assert proc.returncode == 1
     warnings = [ln for ln in lines(proc, "::warning") if "not quarantined" in ln]
     assert len(warnings) == 1 and "Administration" in warnings[0]
@@ -201,7 +217,7 @@ def test_gitlab_pauses_ci_runner_id_and_release_unpauses(tmp_path, api):
     other = api.state.add("gpu-a", "project:42")
     this = api.state.add("gpu-b", "project:42")
     env = gl(api, CI_RUNNER_ID=str(this.id), CI_RUNNER_DESCRIPTION="gpu-b")
-    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", **env)
+    proc = quarantine_smoke(tmp_path, api, BAD_GPU, "", process=True, **env)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert this.paused and not other.paused
     assert api.state.writes() == [("PUT", f"/gitlab/api/v4/runners/{this.id}", {"paused": True})]

@@ -101,7 +101,8 @@ class HostileS3(_Server):
         self.rule: Rule | None = None
         self.seen: list[tuple[str, str]] = []
         self.url = f"http://127.0.0.1:{self.port}"
-        self._first_page: tuple[int, str, list[tuple[str, str]], bytes] | None = None
+        # each listing's first page (by its request, less the token), as upstream answered it
+        self._first_pages: dict[str, tuple[int, str, list[tuple[str, str]], bytes]] = {}
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(120)
@@ -143,19 +144,20 @@ class HostileS3(_Server):
     def _first_page_again(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> bytes:
-        """The listing's first page as upstream answered it (asked once, then kept: the
-        thousands of pages a client may ask for need no new listing), truncated, with a
-        fresh continuation token each time."""
-        if self._first_page is None:
-            target = re.sub(r"&?continuation-token=[^&]*", "", target)
+        """This listing's first page as upstream answered it (asked once per listing, then
+        kept: the thousands of pages a client may ask for need no new listing), truncated,
+        with a fresh continuation token each time. Kept by the request less its token: a
+        listing of another prefix gets its own first page, as when each page was asked."""
+        target = re.sub(r"&?continuation-token=[^&]*", "", target)
+        if target not in self._first_pages:
             try:
                 answer = self._upstream(method, target, headers, body)
             except OSError:  # as _relay answers when its upstream fails
                 return _frame(502, "Bad Gateway", [], b"upstream failed", method)
             if answer[0] != 200:
                 return _frame(*answer, method)
-            self._first_page = answer
-        status, reason, answer, data = self._first_page
+            self._first_pages[target] = answer
+        status, reason, answer, data = self._first_pages[target]
         return _frame(status, reason, answer, _fresh_token(data), method)
 
     def _upstream(self, method, target, headers, body):  # type: ignore[no-untyped-def]

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from forges.fake_github import BOT_ID, FakeGitHub
-from gpuci_testing import run_cli_here
+from gpuci_testing import run_cli, run_cli_here
 
 REPO = "acme/models"
 PR = 7
@@ -37,8 +37,10 @@ def report_env(tmp_path: Path, fake: FakeGitHub, **extra: str) -> dict[str, str]
     return fake.pull_request_env(tmp_path, REPO, PR, **extra)
 
 
-def report(env: dict[str, str]):
-    return run_cli_here("report", "--comment", "--gpu-minutes", "1", env=env)
+def report(env: dict[str, str], process: bool = False):
+    """``gpuci report --comment``: in this process, or (``process``) in a fresh interpreter."""
+    args = ("report", "--comment", "--gpu-minutes", "1")
+    return run_cli(*args, env=env) if process else run_cli_here(*args, env=env)
 
 
 def planted_marker(fake: FakeGitHub) -> dict[str, Any]:
@@ -51,9 +53,11 @@ def comments(fake: FakeGitHub) -> list[dict]:
 
 
 def test_a_next_page_on_another_origin_is_not_followed(tmp_path, github, thief):
+    """Nor is the token in any line the runner shows, the interpreter's exit included: this
+    run has a process of its own."""
     github.state.comment(REPO, PR, "an ordinary first comment")
     github.state.next_link = f"{thief.base}{LIST}?per_page=100&page=2"
-    proc = report(report_env(tmp_path, github))
+    proc = report(report_env(tmp_path, github), process=True)
     assert thief.state.requests == [], "the token went to another origin"
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "not followed" in proc.stdout and thief.base in proc.stdout  # a warning says why

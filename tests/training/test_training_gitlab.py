@@ -35,9 +35,11 @@ def mr_env(fake: FakeGitLab, tmp_path: Path, **extra: str) -> dict[str, str]:
     return clean_env(**{**env, **extra})
 
 
-def report(tmp_path: Path, env: dict[str, str], accuracy: float) -> dict:
+def report(tmp_path: Path, env: dict[str, str], accuracy: float, process: bool = False) -> dict:
+    """The gate with a sticky note; neither token in its output (with ``process``: in all a
+    process prints, its exit included)."""
     flags = ("--min", "accuracy=0.9", "--comment", "true", "--json")
-    proc = run_gate(tmp_path, {"accuracy": accuracy}, *flags, env=env)
+    proc = run_gate(tmp_path, {"accuracy": accuracy}, *flags, env=env, process=process)
     for secret in (env.get("GPUCI_GITLAB_TOKEN"), env.get("CI_JOB_TOKEN")):
         assert not secret or secret not in proc.stdout + proc.stderr  # masked, never printed
     return answer(proc)
@@ -47,7 +49,7 @@ def test_note_created_then_updated_in_place_across_pages(tmp_path, gitlab):
     for n in range(3):  # two pages of others' notes, one pasting our marker
         gitlab.state.note(PROJECT, 3, f"note {n}" + (f" {MARKER}" if n == 1 else ""))
     env = mr_env(gitlab, tmp_path)
-    first = report(tmp_path, env, 0.95)
+    first = report(tmp_path, env, 0.95, process=True)
     assert first["rc"] == 0, first
     assert first["outputs"]["comment"] == "created"
     notes = gitlab.state.notes[f"{PROJECT}!3"]

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from gpuci_testing import clean_env, run_cli_here
+from gpuci_testing import clean_env, run_cli, run_cli_here
 
 REPO = "acme/models"
 MARKER = "<!-- gpuci-report:training -->"
@@ -47,8 +47,11 @@ def run_gate(
     *flags: str,
     env: dict[str, str] | None = None,
     baseline: Any = None,
+    process: bool = False,
 ) -> subprocess.CompletedProcess[str]:
-    """``gpuci gate --metrics M [--baseline TMP/b.json] FLAGS --output-dir TMP/o``.
+    """``gpuci gate --metrics M [--baseline TMP/b.json] FLAGS --output-dir TMP/o``, in this
+    process, or with ``process`` in a fresh interpreter (a token never printed, at exit
+    included, is a property of the process).
 
     ``metrics`` is the Path of a metrics file (there or not yet), else what ``write_json``
     writes to ``TMP/m.json``; ``baseline`` is written to ``TMP/b.json`` likewise. ``env``
@@ -61,7 +64,8 @@ def run_gate(
         args += ["--baseline", str(write_json(tmp_path / "b.json", baseline))]
     if env is None:
         env = clean_env(GPUCI_JOURNAL=str(tmp_path / "j.jsonl"))
-    return run_cli_here("gate", *args, *flags, "--output-dir", str(tmp_path / "o"), env=env)
+    args += [*flags, "--output-dir", str(tmp_path / "o")]
+    return run_cli("gate", *args, env=env) if process else run_cli_here("gate", *args, env=env)
 
 
 def answer(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
