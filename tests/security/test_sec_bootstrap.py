@@ -134,6 +134,29 @@ def test_a_cache_folder_other_users_can_write_is_refused(tmp_path: Path) -> None
     assert not (cache / "gpuci-venvs").exists()
 
 
+@pytest.mark.parametrize("spelling", ["absolute", "relative, trailing slash"])
+@pytest.mark.parametrize("ancestor", [0o777, 0o755])
+def test_every_folder_above_the_cache_is_checked_whatever_its_name(
+    tmp_path: Path, spelling: str, ancestor: int
+) -> None:
+    """bootstrap walks up from the resolved cache folder one parent at a time (``${dir%/*}``,
+    no dirname): a folder two levels up that others can write is found though its name holds a
+    space and a newline, however XDG_CACHE_HOME spells the path; one only we can write passes."""
+    odd = tmp_path.resolve() / "a b\nc"
+    cache = odd / "x y" / "cache"
+    cache.mkdir(parents=True)
+    odd.chmod(ancestor)
+    given = str(cache) if spelling == "absolute" else os.path.relpath(cache) + "/"
+    proc = run_bootstrap(tmp_path, XDG_CACHE_HOME=given)
+    assert proc.returncode == 2, proc.stderr
+    if ancestor == 0o777:
+        assert f"refusing to keep venvs under {given}: {odd} can be written" in proc.stderr
+        assert not (cache / "gpuci-venvs").exists()
+    else:
+        assert "no Python 3.10 or newer" in proc.stderr  # went on, past the private folder
+        assert stat.S_IMODE((cache / "gpuci-venvs").stat().st_mode) == 0o700
+
+
 @ROOT_ONLY
 def test_a_foreign_venv_inside_the_private_folder_is_not_run(tmp_path: Path) -> None:
     home = tmp_path / "cache" / "gpuci-venvs"
