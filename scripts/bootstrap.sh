@@ -38,8 +38,6 @@ src="$root/src"
 
 log() { echo "gpu-ci bootstrap: $*" >&2; }
 
-me="$(id -u)" # asked once: every folder checked below is compared with it
-
 fail() { # cause, fix, [exit code: 3 infrastructure, 2 configuration]
   if [ "${GITHUB_ACTIONS:-}" = "true" ]; then
     echo "::error title=gpu-ci bootstrap::$1 (fix: $2)"
@@ -48,6 +46,9 @@ fail() { # cause, fix, [exit code: 3 infrastructure, 2 configuration]
   fi
   exit "${3:-3}"
 }
+
+# Asked once: every folder checked below is compared with it.
+me="$(id -u)" || fail "cannot read this user's id (id -u failed)" "check that coreutils' id runs here"
 
 finish() { # python
   if [ "${GITHUB_ACTIONS:-}" = "true" ]; then

@@ -414,3 +414,16 @@ def test_a_tool_cache_others_can_write_is_trusted_only_on_a_github_hosted_runner
     proc = run_bootstrap(tmp_path, GPUCI_BASE_PYTHON=str(other), **job)
     assert not (tmp_path / "ran-elsewhere").exists(), proc.stdout + proc.stderr
     assert f"not running {other}: {elsewhere} can be written by other users" in proc.stderr
+
+
+def test_a_user_id_that_cannot_be_read_is_one_line_not_a_silent_stop(tmp_path: Path) -> None:
+    """Every ownership check compares with ``id -u``, asked once up front: where ``id`` fails
+    (a broken PATH, a minimal image), bootstrap stops with the cause and the fix, exit 3,
+    not silently under ``set -e`` with nothing said."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    (stubs / "id").write_text("#!/bin/sh\nexit 1\n")
+    (stubs / "id").chmod(0o755)
+    done = run_bootstrap(tmp_path, RUNNER_TEMP=str(tmp_path / "runner-temp"))
+    assert done.returncode == 3, done.stderr
+    assert "cannot read this user's id (id -u failed)" in done.stderr, done.stderr
