@@ -127,7 +127,7 @@ def run_cli(
 def run_cli_here(
     *args: str, env: dict[str, str] | None = None, cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """:func:`run_cli` in this process (no interpreter start-up, half a CPU-second a run): the
+    """:func:`run_cli` in this process (no interpreter start-up): the
     CLI's own ``main`` with ``env`` as the whole of ``os.environ``, in ``cwd`` (else the
     repository), its output captured as a process's (:func:`_output_captured`); everything put
     back after, and what a process's end would have undone checked (:func:`_process_kept`).
@@ -178,26 +178,21 @@ def _ours(thread: threading.Thread) -> bool:
     return thread.name != "s3-deadline" and (named or module.startswith("gpuci"))
 
 
-def _children() -> set[int]:
-    """The ids of the children every ``procgroup.Groups`` of this process holds."""
+def _children() -> list[Any]:
+    """The children every ``procgroup.Groups`` of this process holds."""
     procgroup = sys.modules.get("gpuci.procgroup")
     if procgroup is None:
-        return set()
+        return []
     with procgroup._OWNERS_LOCK:
-        return {id(proc) for owner in procgroup._OWNERS for proc in owner._procs}
+        return [proc for owner in procgroup._OWNERS for proc in owner._procs]
 
 
 def _end_children(before: set[int]) -> None:
-    """Kill the groups of children started since ``before`` that are still there: a process
-    ends them on its way out (``procgroup.kill_all`` at exit), this worker would keep them."""
-    procgroup = sys.modules.get("gpuci.procgroup")
-    if procgroup is None:
-        return
-    with procgroup._OWNERS_LOCK:
-        procs = [proc for owner in procgroup._OWNERS for proc in owner._procs]
-    for proc in procs:
+    """Kill the groups of children (not among the ids ``before``) still there: a process ends
+    them on its way out (``procgroup.kill_all`` at exit), this worker would keep them."""
+    for proc in _children():
         if id(proc) not in before:
-            procgroup.kill(proc)
+            sys.modules["gpuci.procgroup"].kill(proc)
 
 
 @contextmanager
@@ -217,7 +212,8 @@ def _process_kept() -> Iterator[None]:
     import faulthandler
     import signal
 
-    threads, handlers, children = set(threading.enumerate()), _signal_handlers(), _children()
+    threads, handlers = set(threading.enumerate()), _signal_handlers()
+    children = {id(proc) for proc in _children()}
     hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
     had_httpx_cli = "httpx._main" in sys.modules
     arm, disarm = faulthandler.dump_traceback_later, faulthandler.cancel_dump_traceback_later
